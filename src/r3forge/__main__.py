@@ -1,0 +1,5 @@
+import sys
+
+from r3forge.cli import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""The `r3forge` console command: `r3forge <command> [<subcommand>] [--config file.yaml] [--flags]`.
+
+Each command lives in its own module exposing `main(argv) -> int`; it is imported only when invoked, so
+`r3forge --help` answers instantly without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from r3forge import __version__
+from r3forge.errors import R3ForgeError
+
+# command -> (module with main(argv), one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "models": (
+        "r3forge.models.cli",
+        "Materialize, verify and chat with the embedded models (SmolLM2, MiniLM).",
+    ),
+    "data": ("r3forge.data.cli", "Load datasets into canonical records; generate the synthetic world."),
+    "demo": (
+        "r3forge.demo",
+        "End-to-end foundation demo: models, synthetic world, closed-book vs gold-evidence QA.",
+    ),
+}
+
+
+def usage() -> str:
+    width = max(len(c) for c in COMMANDS)
+    lines = [
+        f"r3forge {__version__}: distillation and RL fine-tuning of the evidence path of RAG.",
+        "",
+        "usage: r3forge <command> [args] [--config file.yaml] [--<field> value ...]",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name:<{width}}  {desc}" for name, (_, desc) in COMMANDS.items()]
+    lines += ["", "Run `r3forge <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(__version__)
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"r3forge: unknown command '{name}'\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        return int(module.main(argv[1:]) or 0)
+    except R3ForgeError as e:
+        print(f"r3forge {name}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

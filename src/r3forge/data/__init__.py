@@ -1,0 +1,1 @@
+"""Canonical records, dataset loaders and the synthetic world generator."""
