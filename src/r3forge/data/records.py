@@ -116,14 +116,19 @@ def flashrag_contents(title: str, text: str) -> str:
 
 
 def split_flashrag_contents(contents: str) -> tuple[str, str]:
-    """Inverse of `flashrag_contents`; a contents string without a title line gives an empty title.
+    """Inverse of `flashrag_contents`, as FlashRAG reads it: the first line is the title (its surrounding
+    double quotes removed, if any), the rest the text; contents without a newline have an empty title.
 
     >>> split_flashrag_contents('"Paris"\\nParis is the capital.')
     ('Paris', 'Paris is the capital.')
+    >>> split_flashrag_contents('Absalon\\nAbsalon was a bishop.')
+    ('Absalon', 'Absalon was a bishop.')
     >>> split_flashrag_contents('no title here')
     ('', 'no title here')
     """
     head, sep, rest = contents.partition("\n")
-    if sep and len(head) >= 2 and head.startswith('"') and head.endswith('"'):
-        return head[1:-1], rest
-    return "", contents
+    if not sep:
+        return "", contents
+    if len(head) >= 2 and head.startswith('"') and head.endswith('"'):
+        head = head[1:-1]
+    return head, rest
