@@ -1,6 +1,6 @@
 """The `r3forge` console command: `r3forge <command> [<subcommand>] [--config file.yaml] [--flags]`.
 
-Each command lives in its own module exposing `main(argv) -> int`; it is imported only when invoked, so
+Each command is a function `f(argv) -> int` in its own module, imported only when invoked, so
 `r3forge --help` answers instantly without importing torch.
 """
 
@@ -12,15 +12,15 @@ import sys
 from r3forge import __version__
 from r3forge.errors import R3ForgeError
 
-# command -> (module with main(argv), one-line description)
+# command -> ("module:function" taking argv, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
     "models": (
-        "r3forge.models.cli",
+        "r3forge.models.cli:main",
         "Materialize, verify and chat with the embedded models (SmolLM2, MiniLM).",
     ),
-    "data": ("r3forge.data.cli", "Load datasets into canonical records; generate the synthetic world."),
+    "data": ("r3forge.data.cli:main", "Load datasets into canonical records; generate the synthetic world."),
     "demo": (
-        "r3forge.demo",
+        "r3forge.demo:cli",
         "End-to-end foundation demo: models, synthetic world, closed-book vs gold-evidence QA.",
     ),
 }
@@ -52,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"r3forge: unknown command '{name}'\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
+    module_name, func = COMMANDS[name][0].split(":")
+    command = getattr(importlib.import_module(module_name), func)
     try:
-        return int(module.main(argv[1:]) or 0)
-    except R3ForgeError as e:
+        return int(command(argv[1:]) or 0)
+    except (R3ForgeError, FileNotFoundError) as e:
         print(f"r3forge {name}: error: {e}", file=sys.stderr)
         return 1
 

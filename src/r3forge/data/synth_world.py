@@ -82,12 +82,14 @@ class SynthWorldConfig:
             return ConfigError(f"SynthWorldConfig.{name}: {why}, got {getattr(self, name)!r}")
 
         for f in fields(self):
-            value, want = getattr(self, f.name), {"int": int, "float": (int, float), "str": str}[str(f.type)]
+            # f.type is the annotation string here, but a class once HfArgumentParser has resolved it
+            kind = getattr(f.type, "__name__", f.type)
+            value, want = getattr(self, f.name), {"int": int, "float": (int, float), "str": str}[kind]
             if isinstance(value, bool) or not isinstance(value, want) or value == "":
-                raise bad(f.name, f"must be a non-empty {f.type}")
+                raise bad(f.name, f"must be a non-empty {kind}")
             if f.name in MIN_SIZE and value < MIN_SIZE[f.name]:
                 raise bad(f.name, f"must be >= {MIN_SIZE[f.name]}")
-            if f.type == "float" and not 0.0 <= value <= 1.0:
+            if kind == "float" and not 0.0 <= value <= 1.0:
                 raise bad(f.name, "must be in [0, 1]")
         if self.distractor_rate + self.paraphrase_rate + self.conflict_rate > 0.8:
             raise bad("conflict_rate", "distractor_rate + paraphrase_rate + conflict_rate must be <= 0.8")

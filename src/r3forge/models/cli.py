@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.config import parse_config
-from r3forge.errors import ModelPrepareError
+from r3forge.errors import ConfigError
 from r3forge.models.embedded import EMBEDDED_MODELS, models_root, prepare_model, resolve_model, verify_folder
 
 SUBCOMMANDS = {
@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
         (cfg,) = parse_config((ChatConfig,), rest, prog="r3forge models chat")
         print(chat(cfg))
         return 0
-    raise ModelPrepareError(f"unknown subcommand 'models {sub}'; choose from {list(SUBCOMMANDS)}") from None
+    raise ConfigError(f"unknown subcommand 'models {sub}'; choose from {list(SUBCOMMANDS)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+import dataclasses
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import r3forge
+from r3forge.cli import COMMANDS, main
+from r3forge.config import missing_help
+from r3forge.data.records import split_flashrag_contents
+
+
+def r3forge_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "r3forge", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def test_help_lists_every_command_with_a_description():
+    out = r3forge_cli("--help")
+    assert out.returncode == 0
+    for name, (_, desc) in COMMANDS.items():
+        assert f"  {name}" in out.stdout and desc in out.stdout
+
+
+def test_unknown_command_and_flag_are_clear_errors(capsys):
+    assert main(["nope"]) == 2
+    assert "unknown command 'nope'" in capsys.readouterr().err
+    assert main(["data", "synth-world", "--sed", "1"]) == 1
+    assert "unknown flag '--sed' (did you mean '--seed'?)" in capsys.readouterr().err
+    assert main(["data", "show", "--path", "/no/such/file.jsonl"]) == 1
+    assert "no such data file: /no/such/file.jsonl" in capsys.readouterr().err
+
+
+def test_subcommand_help():
+    for command in ("models", "data"):
+        out = r3forge_cli(command, "--help")
+        assert out.returncode == 0 and "subcommands:" in out.stdout
+    out = r3forge_cli("data", "synth-world", "--help")
+    assert out.returncode == 0 and "--num_passages" in out.stdout and "Approximate" in out.stdout
+
+
+def test_synth_world_writes_corpus_and_questions(tmp_path: Path):
+    out = r3forge_cli("data", "synth-world", "--seed", "0", "--output_dir", str(tmp_path / "w"))
+    assert out.returncode == 0, out.stderr
+    corpus = [json.loads(line) for line in (tmp_path / "w" / "corpus.jsonl").read_text().splitlines()]
+    questions = [json.loads(line) for line in (tmp_path / "w" / "questions.jsonl").read_text().splitlines()]
+    assert 1700 <= len(corpus) <= 2300 and len(questions) == 500
+    assert all(split_flashrag_contents(c["contents"])[0] for c in corpus)
+    assert all(q["golden_answers"] and q["metadata"]["gold_passage_ids"] for q in questions)
+
+
+def _config_dataclasses():
+    for info in pkgutil.walk_packages(r3forge.__path__, "r3forge."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if (
+                isinstance(obj, type)
+                and dataclasses.is_dataclass(obj)
+                and obj.__module__ == info.name
+                and obj.__name__.endswith("Config")
+            ):
+                yield obj
+
+
+@pytest.mark.parametrize(
+    "config_cls",
+    sorted(set(_config_dataclasses()), key=lambda c: c.__qualname__),
+    ids=lambda c: c.__qualname__,
+)
+def test_every_config_field_has_help(config_cls):
+    assert missing_help(config_cls) == []
