@@ -19,9 +19,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Materialize, verify and chat with the embedded models (SmolLM2, MiniLM).",
     ),
     "data": ("r3forge.data.cli:main", "Load datasets into canonical records; generate the synthetic world."),
+    "index": ("r3forge.retrieval.cli:main", "Build (BM25 or dense), inspect and search retrieval indexes."),
+    "serve": (
+        "r3forge.cli:serve",
+        "Serve over HTTP: `serve llm` (vLLM OpenAI server), `serve retriever` (Search-R1 API).",
+    ),
     "demo": (
         "r3forge.demo:cli",
         "End-to-end foundation demo: models, synthetic world, closed-book vs gold-evidence QA.",
+    ),
+}
+
+# `r3forge serve <target>` -> ("module:function" taking argv, one-line description)
+SERVE_TARGETS: dict[str, tuple[str, str]] = {
+    "retriever": (
+        "r3forge.retrieval.server:serve_main",
+        "Search-R1-compatible /retrieve over a saved index.",
     ),
 }
 
@@ -59,6 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     except (R3ForgeError, FileNotFoundError) as e:
         print(f"r3forge {name}: error: {e}", file=sys.stderr)
         return 1
+
+
+def serve(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SERVE_TARGETS:
+        print("usage: r3forge serve <target> [--flags]\n\ntargets:")
+        for name, (_, desc) in SERVE_TARGETS.items():
+            print(f"  {name:<10} {desc}")
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    module_name, func = SERVE_TARGETS[argv[0]][0].split(":")
+    return int(getattr(importlib.import_module(module_name), func)(argv[1:]) or 0)
 
 
 if __name__ == "__main__":

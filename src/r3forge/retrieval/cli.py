@@ -1,0 +1,101 @@
+"""`r3forge index build|info|search`.
+
+r3forge index build --corpus '../shared/data/wiki_paragraphs/*.jsonl' --kind bm25 --output indexes/wiki-bm25
+r3forge index build --config configs/retrieval/wiki_dense_flat.yaml --encoder all-minilm-l6-v2
+r3forge index info --index indexes/wiki-bm25
+r3forge index search --index indexes/wiki-bm25 --queries "who wrote Hamlet" --k 3
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from r3forge.config import parse_config
+from r3forge.errors import ConfigError
+from r3forge.retrieval import load_retriever
+from r3forge.retrieval.base import KINDS, read_manifest
+from r3forge.retrieval.bm25 import BM25Config, build_bm25_index
+from r3forge.retrieval.dense import DenseConfig, build_dense_index
+
+SUBCOMMANDS = {
+    "build": "Build a BM25 or dense index folder from a corpus (file, glob, folder).",
+    "info": "Print an index folder's manifest (index.json).",
+    "search": "Search an index from the command line.",
+}
+
+
+@dataclass
+class IndexBuildConfig:
+    """`r3forge index build`; the BM25Config / DenseConfig fields of the chosen kind apply too."""
+
+    corpus: list[str] = field(metadata={"help": "Corpus file(s), glob(s) or folder(s) of passages."})
+    output: str = field(metadata={"help": "Index folder to write (built aside, then renamed into place)."})
+    kind: str = field(default="bm25", metadata={"help": "Index kind.", "choices": list(KINDS)})
+    corpus_format: str = field(
+        default="auto", metadata={"help": "Corpus format: auto, passages or flashrag_corpus."}
+    )
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+
+
+@dataclass
+class IndexInfoConfig:
+    index: str = field(metadata={"help": "Index folder."})
+
+
+@dataclass
+class IndexSearchConfig:
+    index: str = field(metadata={"help": "Index folder."})
+    queries: list[str] = field(metadata={"help": "One or more queries."})
+    k: int = field(default=5, metadata={"help": "Passages per query."})
+    backend: str = field(
+        default="numpy", metadata={"help": "BM25 backend: numpy (no JIT wait), numba, auto."}
+    )
+
+
+def build(config: IndexBuildConfig, bm25: BM25Config, dense: DenseConfig) -> None:
+    corpus = config.corpus[0] if len(config.corpus) == 1 else config.corpus
+    start = time.perf_counter()
+    if config.kind == "bm25":
+        build_bm25_index(corpus, config.output, bm25, config.corpus_format, config.overwrite)
+    else:
+        build_dense_index(corpus, config.output, dense, config.corpus_format, config.overwrite)
+    manifest = read_manifest(config.output)
+    print(
+        f"{config.kind} index of {manifest.count} passages -> {config.output} ({time.perf_counter() - start:.1f}s)"
+    )
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: r3forge index <subcommand> [--flags]\n\nsubcommands:")
+        for name, desc in SUBCOMMANDS.items():
+            print(f"  {name:<8} {desc}")
+        return 0
+    sub, rest = argv[0], argv[1:]
+    if sub == "build":
+        config, bm25, dense = parse_config(
+            (IndexBuildConfig, BM25Config, DenseConfig), rest, prog="r3forge index build"
+        )
+        build(config, bm25, dense)
+        return 0
+    if sub == "info":
+        (info,) = parse_config((IndexInfoConfig,), rest, prog="r3forge index info")
+        print(json.dumps(dataclasses.asdict(read_manifest(info.index)), indent=2, ensure_ascii=False))
+        return 0
+    if sub == "search":
+        (cfg,) = parse_config((IndexSearchConfig,), rest, prog="r3forge index search")
+        retriever = load_retriever(cfg.index, backend=cfg.backend)
+        for query, hits in zip(cfg.queries, retriever.search(cfg.queries, cfg.k), strict=True):
+            print(f"# {query}")
+            for (pid, score), passage in zip(hits, retriever.get([pid for pid, _ in hits]), strict=True):
+                print(f"{score:9.4f}  {pid}  {passage['title']}: {passage['text'][:100]}")
+        return 0
+    raise ConfigError(f"unknown subcommand 'index {sub}'; choose from {list(SUBCOMMANDS)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

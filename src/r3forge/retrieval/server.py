@@ -1,0 +1,294 @@
+"""`r3forge serve retriever`: a saved index behind HTTP, compatible with Search-R1's retriever API.
+
+    r3forge serve retriever --index indexes/wiki-bm25 --host 127.0.0.1 --port 8000
+
+    POST /retrieve  {"queries": ["..."], "topk": 3, "return_scores": true}
+        -> {"result": [[{"document": {"id": "hp3", "contents": "\\"Title\\"\\ntext"}, "score": 14.2}, ...], ...]}
+        with "return_scores": false (Search-R1's default) each query's list holds the documents only.
+    POST /passages  {"ids": ["hp3", ...]} -> {"passages": [{"id", "title", "text"}, ...]}  (r3forge extra)
+    GET  /health    -> {"status": "ok", "kind": "bm25", "count": 14835, ...}
+
+Invalid requests get a 4xx with a readable `detail`. Searches run on one worker thread so the event loop
+stays free; requests that arrive while a search runs are merged into the next search call (micro-batching
+by topk), which is what makes many small concurrent requests cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
+
+from r3forge.config import parse_config
+from r3forge.data.records import flashrag_contents
+from r3forge.retrieval import load_retriever
+from r3forge.retrieval.base import Hit, RetrievalError, Retriever
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ServeConfig:
+    """`r3forge serve retriever` options."""
+
+    index: str = field(metadata={"help": "Index folder written by `r3forge index build`."})
+    host: str = field(default="127.0.0.1", metadata={"help": "Address to bind (loopback by default)."})
+    port: int = field(default=8000, metadata={"help": "Port to bind (0 = any free port)."})
+    default_topk: int = field(default=3, metadata={"help": "topk when a request omits it (Search-R1: 3)."})
+    max_topk: int = field(default=100, metadata={"help": "Largest topk a request may ask for."})
+    max_queries: int = field(default=1024, metadata={"help": "Most queries one request may carry."})
+    max_batch: int = field(default=256, metadata={"help": "Most queries merged into one search call."})
+    backend: str = field(default="auto", metadata={"help": "BM25 scoring backend: auto, numba or numpy."})
+    encoder: str | None = field(
+        default=None, metadata={"help": "Dense only: encoder to load instead of the manifest's."}
+    )
+    device: str | None = field(default=None, metadata={"help": "Dense only: encoder device (cpu, cuda)."})
+    ef_search: int | None = field(default=None, metadata={"help": "Dense HNSW only: efSearch override."})
+    log_level: str = field(default="info", metadata={"help": "uvicorn log level."})
+    access_log: bool = field(default=False, metadata={"help": "Log every request (noisy under load)."})
+
+
+class RetrieveRequest(BaseModel):
+    queries: list[StrictStr] = Field(min_length=1)
+    topk: StrictInt | None = None
+    return_scores: StrictBool = False
+
+
+class PassagesRequest(BaseModel):
+    ids: list[StrictStr] = Field(min_length=1)
+
+
+@dataclass
+class _Job:
+    queries: list[str]
+    k: int
+    future: asyncio.Future[list[list[tuple[Hit, dict[str, str]]]]]
+
+
+class MicroBatcher:
+    """Serializes searches on one worker thread; jobs queued meanwhile go into the next call, grouped by k."""
+
+    def __init__(self, retriever: Retriever, max_batch: int = 256):
+        self.retriever = retriever
+        self.max_batch = max_batch
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever")
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def search(self, queries: list[str], k: int) -> list[list[tuple[Hit, dict[str, str]]]]:
+        """Per query, the top-k hits each with its passage {id, title, text}."""
+        job = _Job(queries, k, asyncio.get_running_loop().create_future())
+        await self._queue.put(job)
+        return await job.future
+
+    def _search_with_passages(self, queries: list[str], k: int) -> list[list[tuple[Hit, dict[str, str]]]]:
+        hits = self.retriever.search(queries, k)
+        passages = iter(self.retriever.get([pid for row in hits for pid, _ in row]))
+        return [[(hit, next(passages)) for hit in row] for row in hits]
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = [await self._queue.get()]
+            size = len(jobs[0].queries)
+            while size < self.max_batch and not self._queue.empty():
+                jobs.append(self._queue.get_nowait())
+                size += len(jobs[-1].queries)
+            by_k: dict[int, list[_Job]] = defaultdict(list)
+            for job in jobs:
+                by_k[job.k].append(job)
+            for k, group in by_k.items():
+                queries = [q for job in group for q in job.queries]
+                try:
+                    results = await loop.run_in_executor(
+                        self._executor, self._search_with_passages, queries, k
+                    )
+                except Exception as e:  # the failure goes to its requests; the loop keeps serving
+                    for job in group:
+                        if not job.future.done():
+                            job.future.set_exception(e)
+                    continue
+                start = 0
+                for job in group:
+                    if not job.future.done():  # a disconnected client cancels its future
+                        job.future.set_result(results[start : start + len(job.queries)])
+                    start += len(job.queries)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return 400, "request body is not valid JSON"
+    parts = [
+        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
+        for e in errors
+    ]
+    return 422, "; ".join(parts)
+
+
+def create_app(retriever: Retriever, config: ServeConfig, info: dict[str, Any] | None = None) -> FastAPI:
+    """The FastAPI app serving `retriever` (any `Retriever`, e.g. a loaded BM25 or dense index)."""
+    batcher = MicroBatcher(retriever, config.max_batch)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="r3forge retriever", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = _validation_message(exc)
+        return JSONResponse({"detail": message}, status_code=status)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", **(info or {})}
+
+    @app.post("/retrieve")
+    async def retrieve(request: RetrieveRequest) -> JSONResponse:
+        k = config.default_topk if request.topk is None else request.topk
+        if not 1 <= k <= config.max_topk:
+            raise HTTPException(422, f"topk must be between 1 and {config.max_topk}, got {k}")
+        if len(request.queries) > config.max_queries:
+            raise HTTPException(
+                413, f"{len(request.queries)} queries in one request; the limit is {config.max_queries}"
+            )
+        try:
+            results = await batcher.search(request.queries, k)
+        except RetrievalError as e:
+            raise HTTPException(422, str(e)) from e
+        except Exception as e:  # answered as a 500 (clients retry); the server keeps serving
+            logger.exception("search failed for %d queries", len(request.queries))
+            return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
+        out = []
+        for row in results:
+            docs = [{"id": p["id"], "contents": flashrag_contents(p["title"], p["text"])} for _, p in row]
+            if request.return_scores:
+                out.append([{"document": d, "score": hit[1]} for d, (hit, _) in zip(docs, row, strict=True)])
+            else:
+                out.append(docs)
+        return JSONResponse({"result": out})
+
+    @app.post("/passages")
+    async def passages(request: PassagesRequest) -> JSONResponse:
+        if len(request.ids) > config.max_queries * config.max_topk:
+            raise HTTPException(413, f"{len(request.ids)} ids in one request is too many")
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(None, retriever.get, request.ids)
+        except KeyError as e:
+            raise HTTPException(404, str(e.args[0]) if e.args else "unknown passage id") from e
+        return JSONResponse({"passages": found})
+
+    return app
+
+
+def load_app(config: ServeConfig) -> FastAPI:
+    """Load the index named by `config` and build its app."""
+    retriever = load_retriever(
+        config.index,
+        backend=config.backend,
+        encoder=config.encoder,
+        device=config.device,
+        ef_search=config.ef_search,
+    )
+    manifest = retriever.manifest
+    # warm up now, not on the first request: the id map, numba's JIT (seconds), the encoder
+    retriever.get(retriever.passages.ids([0]))
+    retriever.search(["warm up"], 1)
+    info = {
+        "kind": manifest.kind,
+        "count": manifest.count,
+        "index": config.index,
+        "encoder": manifest.encoder,
+    }
+    return create_app(retriever, config, info)
+
+
+class RunningServer:
+    """A uvicorn server on a background thread (tests, notebooks, in-process training jobs)."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
+        )
+        self.thread = threading.Thread(target=self.server.run, name="retriever-server", daemon=True)
+        self.host = host
+        self.port = port
+
+    def start(self, timeout: float = 30.0) -> RunningServer:
+        self.thread.start()
+        for _ in range(int(timeout / 0.02)):
+            if self.server.started:
+                break
+            if not self.thread.is_alive():
+                raise RetrievalError(f"retriever server on {self.host}:{self.port} failed to start")
+            time.sleep(0.02)
+        else:
+            raise RetrievalError(f"retriever server on {self.host}:{self.port} not up after {timeout}s")
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    def __enter__(self) -> RunningServer:
+        return self.start() if not self.server.started else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def serve_in_thread(retriever: Retriever, config: ServeConfig | None = None) -> Iterator[RunningServer]:
+    """Serve `retriever` on loopback (port 0 = a free port) for the duration of the block."""
+    config = config or ServeConfig(index="(in-process)", port=0)
+    with RunningServer(create_app(retriever, config), config.host, config.port) as server:
+        yield server
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    """`r3forge serve retriever --index DIR [--host H] [--port N] ...` (argv after `serve retriever`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    (config,) = parse_config((ServeConfig,), argv, prog="r3forge serve retriever")
+    app = load_app(config)
+    print(f"[r3forge] serving {config.index} on http://{config.host}:{config.port}", file=sys.stderr)
+    uvicorn.run(
+        app, host=config.host, port=config.port, log_level=config.log_level, access_log=config.access_log
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve_main())
