@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "r3forge.cli:serve",
         "Serve over HTTP: `serve llm` (vLLM OpenAI server), `serve retriever` (Search-R1 API).",
     ),
+    "synth": (
+        "r3forge.synth.cli:main",
+        "Teacher data synthesis: run a step (sharded, resumable), merge shards, export/push.",
+    ),
     "demo": (
         "r3forge.demo:cli",
         "End-to-end foundation demo: models, synthetic world, closed-book vs gold-evidence QA.",
@@ -32,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # `r3forge serve <target>` -> ("module:function" taking argv, one-line description)
 SERVE_TARGETS: dict[str, tuple[str, str]] = {
+    "llm": (
+        "r3forge.backends.vllm_server:serve_main",
+        "vLLM's OpenAI-compatible server: r3forge serve llm --model NAME [-- vllm flags].",
+    ),
     "retriever": (
         "r3forge.retrieval.server:serve_main",
         "Search-R1-compatible /retrieve over a saved index.",

