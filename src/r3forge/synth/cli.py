@@ -29,7 +29,7 @@ from r3forge.errors import ConfigError
 from r3forge.synth.engine import EngineConfig, SynthesisStep, model_name, run_step
 from r3forge.synth.export import HubConfig, merge_shards, push_from_config
 
-USAGE = "usage: python -m r3forge.synth {run,merge} [--config file.yaml] [--flags]  (--help for flags)"
+USAGE = "usage: r3forge synth {run,merge} [--config file.yaml] [--flags]  (--help for flags)"
 
 
 @dataclass
