@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "r3forge.synth.cli:main",
         "Teacher data synthesis: run a step (sharded, resumable), merge shards, export/push.",
     ),
+    "annotate": (
+        "r3forge.annotate.cli:main",
+        "Teacher annotation (verbal comment + 1-5 score) and its SFT export.",
+    ),
     "demo": (
         "r3forge.demo:cli",
         "End-to-end foundation demo: models, synthetic world, closed-book vs gold-evidence QA.",

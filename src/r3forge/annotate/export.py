@@ -1,0 +1,147 @@
+"""Accepted verbal annotations -> a prompt/completion chat dataset for SFT of the student reranker.
+
+    dsd = export_sft(ExportSFTConfig(input_dir="runs/verbal", output_dir="runs/verbal-sft"))
+
+Each row: `prompt` = [system?, user: the annotation instruction + question + document] (the teacher's own
+prompt, rebuilt from the record with the template its prompt version names), `completion` = [assistant:
+"Comment: ...\\nScore: s"], plus `question_id`, `doc_id`, `score`, `score_logprob`. Identical (question, doc)
+pairs are deduplicated (first record kept), score classes can be capped, and the train/validation split is
+by question (seeded), so no question is in both splits. Written with `save_to_disk` plus one JSONL per split.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from r3forge.annotate.verbal import PROMPT_VERSION, completion_text, load_template, render
+from r3forge.errors import ConfigError
+
+
+@dataclass
+class ExportSFTConfig:
+    input_dir: str = field(metadata={"help": "Synthesis output folder of a verbal annotation run."})
+    output_dir: str = field(metadata={"help": "Folder for the DatasetDict (save_to_disk) and <split>.jsonl."})
+    template_path: str | None = field(
+        default=None, metadata={"help": "The template of a run with a custom prompt (else the built-in)."}
+    )
+    system_prompt: str = field(default="", metadata={"help": "Optional system message of every prompt."})
+    validation_fraction: float = field(
+        default=0.1, metadata={"help": "Share of questions (not rows) held out for validation."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the question split and of the rebalancing."})
+    balance_ratio: float | None = field(
+        default=None, metadata={"help": "Cap each score class at this multiple of the rarest class."}
+    )
+    max_per_score: int | None = field(default=None, metadata={"help": "Cap each score class at N rows."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+
+
+def sft_row(record: dict[str, Any], template: str, system_prompt: str = "") -> dict[str, Any]:
+    """One accepted annotation (flat: question, doc_*, comment, score) -> a prompt/completion row."""
+    user = render(template, record["question"], record["doc_title"], record["doc_text"])
+    prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": user}
+    ]
+    completion = [{"role": "assistant", "content": completion_text(record["comment"], int(record["score"]))}]
+    return {
+        "prompt": prompt,
+        "completion": completion,
+        "question_id": str(record["question_id"]),
+        "doc_id": str(record["doc_id"]),
+        "score": int(record["score"]),
+        "score_logprob": record.get("score_logprob"),
+    }
+
+
+def dedup(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep the first record of each (question_id, doc_id)."""
+    seen, out = set(), []
+    for r in records:
+        key = (str(r["question_id"]), str(r["doc_id"]))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def rebalance(
+    records: list[dict[str, Any]], ratio: float | None, max_per_score: int | None, seed: int
+) -> list[dict[str, Any]]:
+    """Cap every score class at `ratio` x the rarest class and/or `max_per_score` (a seeded sample of each
+    class; input order kept)."""
+    by_score: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        by_score[int(r["score"])].append(i)
+    if not by_score:
+        return records
+    caps = [c for c in (max_per_score,) if c is not None]
+    if ratio is not None:
+        caps.append(int(ratio * min(len(v) for v in by_score.values())))
+    if not caps:
+        return records
+    cap, rng, keep = min(caps), random.Random(seed), set()
+    for score in sorted(by_score):
+        indices = by_score[score]
+        keep.update(indices if len(indices) <= cap else rng.sample(indices, cap))
+    return [r for i, r in enumerate(records) if i in keep]
+
+
+def split_by_question(
+    records: list[dict[str, Any]], validation_fraction: float, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, validation): a seeded shuffle of the distinct question ids, the first share held out."""
+    questions = sorted({str(r["question_id"]) for r in records})
+    random.Random(seed).shuffle(questions)
+    held = set(questions[: round(validation_fraction * len(questions))])
+    return [r for r in records if r["question_id"] not in held], [
+        r for r in records if r["question_id"] in held
+    ]
+
+
+def build_sft(
+    records: Iterable[dict[str, Any]], config: ExportSFTConfig, template: str
+) -> datasets.DatasetDict:
+    """Flat accepted annotations -> the split `DatasetDict` (dedup, rebalance, split by question)."""
+    if not 0 <= config.validation_fraction < 1:
+        raise ConfigError(f"validation_fraction must be in [0, 1), got {config.validation_fraction}")
+    kept = rebalance(dedup(records), config.balance_ratio, config.max_per_score, config.seed)
+    rows = [sft_row(r, template, config.system_prompt) for r in kept]
+    train, validation = split_by_question(rows, config.validation_fraction, config.seed)
+    return datasets.DatasetDict(
+        {
+            name: datasets.Dataset.from_list(split)
+            for name, split in (("train", train), ("validation", validation))
+        }
+    )
+
+
+def export_sft(config: ExportSFTConfig) -> datasets.DatasetDict:
+    """Read a run's accepted records, build the SFT `DatasetDict`, write it (save_to_disk + JSONL)."""
+    from r3forge.synth.export import load_accepted
+
+    template, version = load_template(config.template_path)
+    accepted = load_accepted(config.input_dir)
+    versions = {v.split("+")[0] for v in accepted["version"]} if len(accepted) else set()
+    if versions - {version}:
+        hint = "" if config.template_path else f" (the built-in is {PROMPT_VERSION}: pass template_path)"
+        raise ConfigError(
+            f"{config.input_dir}: annotated with prompt {sorted(versions)}, not {version}{hint}"
+        )
+    out = Path(config.output_dir)
+    if out.exists() and any(out.iterdir()) and not config.overwrite:
+        raise ConfigError(f"{out}: exists and is not empty; pass overwrite=true or choose another folder")
+    dsd = build_sft(accepted, config, template)
+    dsd.save_to_disk(str(out))
+    for name, split in dsd.items():
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            for row in split:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return dsd

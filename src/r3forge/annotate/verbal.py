@@ -1,0 +1,394 @@
+"""Teacher annotation for the Verbal-R3 verbal reranker: (question, document) -> comment + score 1-5.
+
+    step = VerbalAnnotationStep(tokenizer=backend.tokenizer)
+    run_step(step, qa_items(load_qa("dev.jsonl")), backend, EngineConfig(output_dir="runs/verbal"))
+
+The teacher reads the question and ONE document and answers in a fixed two-field format::
+
+    Comment: <short, evidence-citing comment on how the document bears on the question>
+    Score: <1-5>
+
+`parse` accepts whitespace and markdown variants (`**Comment:**`, `comment -`, `Score: 4/5`,
+`Score: **4**`) and rejects unusable outputs with a reason code (`REASONS`). It also finds the generated
+token that carries the score digit and keeps its logprob (a tie-breaker between equal scores) and, when the
+backend returned top-k logprobs there, the logprobs of the five score tokens "1".."5".
+
+The engine already stores the teacher model, prompt version, sampling parameters, raw output, reasoning,
+token usage and latency in every record; `parse` adds the question/document fields and the annotation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from transformers import AutoTokenizer
+
+from r3forge import backends
+from r3forge.backends.base import Choice, GenerationRequest, GenerationResult
+from r3forge.data.loaders import load_qa
+from r3forge.errors import ConfigError
+from r3forge.models import resolve_model
+from r3forge.synth.engine import EngineConfig, Rejected, RunSummary, model_name, run_step
+
+PROMPT_VERSION = "verbal_annotation_v1"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "prompts" / f"{PROMPT_VERSION}.txt"
+PLACEHOLDERS = ("{question}", "{title}", "{document}")
+SCORES = ("1", "2", "3", "4", "5")
+REASONS = (
+    "truncated",
+    "missing_comment",
+    "missing_score",
+    "invalid_score",
+    "empty_comment",
+    "overlong_comment",
+    "copied_document",
+)
+
+_MD = r"[\s*_#>`]*"  # markdown decoration around a label: bold, italics, headings, quotes
+_SEP = r"[\s*_]*[:\-\u2013\u2014=][\s*_]*"  # "Comment:", "Comment -", "**Comment:**", "Comment **:**"
+_COMMENT = re.compile(rf"^{_MD}comment{_SEP}", re.IGNORECASE | re.MULTILINE)
+_SCORE = re.compile(rf"^{_MD}(?:relevance\s+)?score{_SEP}", re.IGNORECASE | re.MULTILINE)
+# after the score label: "4", "**4**", "4/5", "4 / 5", "[4]"; anything else is an invalid score
+_VALUE = re.compile(r"[\s*_\[(]*(?P<digit>\d+(?:\.\d+)?)[\s*_\])]*(?:/\s*5\b)?(?=\s|$|[.,;*])")
+_WORD = re.compile(r"\w+")
+# few-shot demos: ((question, title, document), answer); used only with `few_shot` (small teachers)
+DEMOS = (
+    (
+        ("What city is the capital of France?", "Paris", "Paris is the capital and largest city of France."),
+        "Comment: It states that Paris is the capital of France, which answers the question.\nScore: 5",
+    ),
+    (
+        ("Who wrote Hamlet?", "Tulip", "The tulip is a flowering plant of the lily family."),
+        "Comment: It is about a plant and says nothing about Hamlet or its author.\nScore: 1",
+    ),
+)
+
+
+def load_template(path: str | None = None) -> tuple[str, str]:
+    """(template text, prompt version). The built-in template is `PROMPT_VERSION`; a user's template file
+    is versioned `custom-<sha256 of its text, 12 hex>` so editing it invalidates cached records."""
+    source = Path(path) if path else DEFAULT_TEMPLATE
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{source}: cannot read the annotation prompt template ({e.strerror or e})") from e
+    missing = [p for p in ("{question}", "{document}") if p not in text]
+    if missing:
+        raise ConfigError(
+            f"{source}: prompt template lacks placeholder(s) {missing} (see {DEFAULT_TEMPLATE})"
+        )
+    if not path:
+        return text, PROMPT_VERSION
+    return text, f"custom-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
+
+
+def render(template: str, question: str, title: str, document: str) -> str:
+    """Fill `{question}`, `{title}`, `{document}` (plain replacement: other braces stay as they are)."""
+    values = dict(zip(PLACEHOLDERS, (question, title, document), strict=True))
+    return re.sub("|".join(map(re.escape, PLACEHOLDERS)), lambda m: values[m[0]], template).strip()
+
+
+def completion_text(comment: str, score: int) -> str:
+    """The canonical two-field answer (the student's SFT target)."""
+    return f"Comment: {comment}\nScore: {score}"
+
+
+@dataclass(frozen=True)
+class ParsedAnnotation:
+    """A parsed output: the comment, the score and the character offset of the score digit in the text."""
+
+    comment: str
+    score: int
+    score_offset: int
+
+
+def parse_annotation(text: str, max_comment_words: int = 120) -> ParsedAnnotation | Rejected:
+    """Parse `Comment: ... / Score: s` text (format and length checks only; see `VerbalAnnotationStep`).
+
+    >>> parse_annotation("**Comment:** Names the city.\\n\\n**Score:** 4/5")
+    ParsedAnnotation(comment='Names the city.', score=4, score_offset=41)
+    >>> parse_annotation("Comment: fine")
+    Rejected(reason='missing_score', detail='no Score: line')
+    """
+    comment_m = _COMMENT.search(text)
+    score_ms = [m for m in _SCORE.finditer(text) if comment_m is None or m.start() >= comment_m.end()]
+    if comment_m is None:
+        return Rejected("missing_comment", "no Comment: line")
+    if not score_ms:
+        return Rejected("missing_score", "no Score: line")
+    score_m = score_ms[0]
+    value = _VALUE.match(text, score_m.end())
+    if value is None or value["digit"] not in SCORES:
+        shown = text[score_m.end() : score_m.end() + 20].splitlines()[0] if text[score_m.end() :] else ""
+        return Rejected("invalid_score", f"score value {shown!r} is not an integer 1-5")
+    comment = re.sub(r"\s+", " ", text[comment_m.end() : score_m.start()].replace("**", "")).strip(" *_")
+    if not comment:
+        return Rejected("empty_comment", "the Comment: field is empty")
+    words = len(comment.split())
+    if words > max_comment_words:
+        return Rejected("overlong_comment", f"{words} words > {max_comment_words}")
+    return ParsedAnnotation(comment, int(value["digit"]), value.start("digit"))
+
+
+def longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest contiguous run of words shared by `a` and `b` (O(len(a) * len(b))).
+
+    >>> longest_common_run("the cat sat on a mat".split(), "a cat sat on the mat".split())
+    3
+    """
+    best, prev = 0, [0] * (len(b) + 1)
+    for x in a:
+        cur = [0] * (len(b) + 1)
+        for j, y in enumerate(b, start=1):
+            if x == y:
+                cur[j] = prev[j - 1] + 1
+                best = max(best, cur[j])
+        prev = cur
+    return best
+
+
+def copy_check(comment: str, document: str, max_run: int, max_fraction: float) -> Rejected | None:
+    """`copied_document` when the comment shares a run of more than `max_run` words with the document, or
+    when the shared run covers more than `max_fraction` of a comment of at least 8 words."""
+    c, d = _WORD.findall(comment.lower()), _WORD.findall(document.lower())
+    run = longest_common_run(c, d)
+    if run > max_run or (len(c) >= 8 and run / len(c) > max_fraction):
+        return Rejected("copied_document", f"{run} of {len(c)} comment words copied verbatim")
+    return None
+
+
+def score_token_index(choice: Choice, offset: int, decode: Callable[[list[int]], str] | None) -> int | None:
+    """Index of the generated token that holds the score digit at character `offset` of `choice.text`.
+
+    With token ids and a `decode` function: the first token whose decoded prefix reaches past `offset` and
+    whose own text contains the digit. Without them (a server that returns token texts, not ids): the last
+    position whose top-k dict has the digit as a string key with the chosen token's logprob.
+    """
+    if not 0 <= offset < len(choice.text):
+        return None
+    digit = choice.text[offset]
+    if choice.token_ids and decode is not None:
+        base = decode(choice.token_ids).find(choice.text)  # text may be cut (reasoning, stop strings)
+        if base < 0:
+            return None
+        for t in range(len(choice.token_ids)):
+            if len(decode(choice.token_ids[: t + 1])) > base + offset:
+                return t if digit in decode([choice.token_ids[t]]) else None
+        return None
+    for t in range(len(choice.top_logprobs) - 1, -1, -1):
+        for key, logprob in choice.top_logprobs[t].items():
+            if isinstance(key, str) and key.strip() == digit and math.isclose(logprob, choice.logprobs[t]):
+                return t
+    return None
+
+
+def score_logprobs(
+    top: dict[Any, float], decode: Callable[[list[int]], str] | None
+) -> dict[str, float | None] | None:
+    """{"1": lp, ..., "5": lp} from one position's top-k dict (None for a digit not in the top k; the best
+    token when several decode to the same digit, e.g. "4" and " 4"); None without top-k logprobs."""
+    if not top:
+        return None
+    out: dict[str, float | None] = dict.fromkeys(SCORES)
+    for key, logprob in top.items():
+        text = key if isinstance(key, str) else (decode([key]) if decode is not None else "")
+        digit = text.strip().strip("*")
+        if digit in out and (out[digit] is None or logprob > out[digit]):
+            out[digit] = logprob
+    return out
+
+
+@dataclass(frozen=True)
+class Checks:
+    """Validation thresholds of `parse` (part of the step's `version`)."""
+
+    max_comment_words: int = 120  # longer comments: overlong_comment
+    copy_max_run: int = 20  # a longer word run shared with the document: copied_document
+    copy_max_fraction: float = 0.8  # a shared run over this share of the comment: copied_document
+
+    @property
+    def tag(self) -> str:
+        return f"w{self.max_comment_words}-r{self.copy_max_run}-f{self.copy_max_fraction:g}"
+
+
+@dataclass
+class VerbalAnnotationStep:
+    """The `SynthesisStep` of teacher annotation: one item = one (question, document) pair (`qa_items`).
+
+    `tokenizer` (anything with `decode(ids, skip_special_tokens=...)`) locates the score token from token
+    ids; without it, token-text keys of the top-k logprobs are used. `prefill` (e.g. "Comment:", for small
+    teachers that ignore the format) starts the assistant turn: the request becomes a raw prompt (the chat
+    template applied by `tokenizer`, then the prefill) and `parse` reads prefill + output. `few_shot` puts
+    the two `DEMOS` before the question as earlier chat turns. `version` = prompt version + few-shot flag +
+    `checks.tag`: changing any of them gives new cache keys, never silently reused records.
+    """
+
+    template_path: str | None = None
+    checks: Checks = field(default_factory=Checks)
+    temperature: float = 0.0
+    max_tokens: int = 256
+    top_logprobs: int = 5
+    prefill: str = ""
+    few_shot: bool = False
+    tokenizer: Any = field(default=None, repr=False, compare=False)
+    name: str = field(default="verbal_annotation", init=False)
+
+    def __post_init__(self) -> None:
+        self.template, self.prompt_version = load_template(self.template_path)
+        self.version = f"{self.prompt_version}{'+fs' if self.few_shot else ''}+{self.checks.tag}"
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def key(self, item: dict) -> dict:
+        return {"question_id": item["question_id"], "doc_id": item["doc_id"]}
+
+    def messages(self, item: dict) -> list[dict[str, str]]:
+        """The chat prompt: the demos (with `few_shot`), then one user turn."""
+        turns = []
+        for demo, answer in DEMOS if self.few_shot else ():
+            turns.append({"role": "user", "content": render(self.template, *demo)})
+            turns.append({"role": "assistant", "content": answer})
+        content = render(self.template, item["question"], item["doc_title"], item["doc_text"])
+        return [*turns, {"role": "user", "content": content}]
+
+    def prompt(self, item: dict) -> GenerationRequest:
+        chat: dict[str, Any] = {"messages": self.messages(item)}
+        if self.prefill:
+            if self.tokenizer is None:
+                raise ConfigError("VerbalAnnotationStep: prefill needs a tokenizer (for its chat template)")
+            text = self.tokenizer.apply_chat_template(
+                chat["messages"], add_generation_prompt=True, tokenize=False
+            )
+            chat = {"prompt": text + self.prefill}
+        return GenerationRequest(
+            **chat,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            top_logprobs=self.top_logprobs,
+        )
+
+    def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
+        choice = result.choices[0]
+        if choice.finish_reason == "length":
+            return Rejected("truncated", f"hit max_tokens={self.max_tokens}")
+        parsed = parse_annotation(self.prefill + choice.text, self.checks.max_comment_words)
+        if isinstance(parsed, Rejected):
+            return parsed
+        copied = copy_check(
+            parsed.comment, item["doc_text"], self.checks.copy_max_run, self.checks.copy_max_fraction
+        )
+        if copied is not None:
+            return copied
+        decode = self.decode if self.tokenizer is not None else None
+        t = score_token_index(choice, parsed.score_offset - len(self.prefill), decode)
+        return {
+            **item,
+            "comment": parsed.comment,
+            "score": parsed.score,
+            "score_token_index": t,
+            "score_logprob": None if t is None else choice.logprobs[t],
+            "score_logprobs": None if t is None else score_logprobs(choice.top_logprobs[t], decode),
+        }
+
+
+def qa_items(
+    records: Iterable[dict], max_questions: int | None = None, max_docs: int | None = None
+) -> Iterator[dict]:
+    """One item per (question, own passage) of canonical QA records; `relevance` is the gold label."""
+    for i, record in enumerate(records):
+        if max_questions is not None and i >= max_questions:
+            return
+        for passage in record["passages"][:max_docs]:
+            yield {
+                "question_id": record["id"],
+                "question": record["question"],
+                "doc_id": passage["id"],
+                "doc_title": passage["title"],
+                "doc_text": passage["text"],
+                "relevance": passage["relevance"],
+            }
+
+
+@dataclass
+class VerbalAnnotateConfig:
+    qa_path: str = field(metadata={"help": "QA data (file, glob, folder or hf://...): r3forge load_qa."})
+    output_dir: str = field(metadata={"help": "Synthesis output folder (resumable; one per job/shard)."})
+    qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
+    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
+    max_docs_per_question: int | None = field(
+        default=None, metadata={"help": "Use only each question's first N passages."}
+    )
+    template_path: str | None = field(
+        default=None, metadata={"help": "Own prompt template ({question} {title} {document}); default v1."}
+    )
+    max_comment_words: int = field(default=120, metadata={"help": "Reject longer comments (overlong)."})
+    copy_max_run: int = field(
+        default=20, metadata={"help": "Reject comments sharing a longer word run with the document."}
+    )
+    copy_max_fraction: float = field(
+        default=0.8, metadata={"help": "Reject comments whose copied run exceeds this share of their words."}
+    )
+    temperature: float = field(default=0.0, metadata={"help": "Teacher sampling temperature (0: greedy)."})
+    max_tokens: int = field(default=256, metadata={"help": "Max new tokens (hitting it: truncated)."})
+    top_logprobs: int = field(default=5, metadata={"help": "Top-k logprobs per token (score-token dist)."})
+    backend: Literal["hf", "openai"] = field(
+        default="hf", metadata={"help": "hf: local transformers; openai: OpenAI-compatible server (vLLM)."}
+    )
+    model: str = field(
+        default="smollm2-135m-instruct", metadata={"help": "Teacher: embedded name, folder or Hub id."}
+    )
+    base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "openai backend: API root."})
+    tokenizer: str = field(
+        default="", metadata={"help": "openai backend: tokenizer to locate the score token (default none)."}
+    )
+    prefill: str = field(
+        default="", metadata={"help": "Start of the teacher's answer, e.g. 'Comment:' (needs a tokenizer)."}
+    )
+    few_shot: bool = field(
+        default=False, metadata={"help": "Show the two built-in demos first (small teachers)."}
+    )
+    device: str = field(default="cpu", metadata={"help": "hf backend: torch device."})
+    batch_size: int = field(default=16, metadata={"help": "Items per backend call."})
+    concurrency: int = field(default=1, metadata={"help": "Backend calls in flight (HTTP: 2-4)."})
+
+
+def main(config: VerbalAnnotateConfig) -> RunSummary:
+    """Load QA records, build (question, passage) items and annotate them with the configured teacher."""
+    tokenizer = None
+    if config.backend == "hf":
+        backend = backends.build_backend(backends.HFLocalConfig(model=config.model, device=config.device))
+        tokenizer = backend.tokenizer
+    else:
+        backend = backends.build_backend(
+            backends.OpenAIHTTPConfig(base_url=config.base_url, model=config.model)
+        )
+        if config.tokenizer:
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.tokenizer))
+    checks = Checks(config.max_comment_words, config.copy_max_run, config.copy_max_fraction)
+    step = VerbalAnnotationStep(
+        config.template_path, checks, config.temperature, config.max_tokens, config.top_logprobs,
+        config.prefill, config.few_shot, tokenizer,
+    )  # fmt: skip
+    items = list(qa_items(load_qa(config.qa_path, config.qa_format), config.max_questions,
+                          config.max_docs_per_question))  # fmt: skip
+    engine = EngineConfig(
+        output_dir=config.output_dir,
+        model=model_name(config.model),
+        batch_size=config.batch_size,
+        concurrency=config.concurrency,
+    )
+    try:
+        summary = run_step(step, items, backend, engine)
+    finally:
+        backend.close()
+    print(json.dumps(asdict(summary)), file=sys.stdout)
+    return summary

@@ -1,0 +1,114 @@
+"""SFT export of verbal annotations: dedup, score rebalancing, split by question, chat rows, files."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import datasets
+import pytest
+
+from r3forge.annotate.export import (
+    ExportSFTConfig,
+    build_sft,
+    dedup,
+    export_sft,
+    rebalance,
+    split_by_question,
+)
+from r3forge.annotate.verbal import load_template
+from r3forge.config import missing_help
+from r3forge.errors import ConfigError
+from r3forge.synth.store import ShardSpec, ShardStore
+
+TEMPLATE, VERSION = load_template()
+SCORES = [5] * 4 + [4] * 6 + [3] * 10 + [2] * 12 + [1] * 28  # 60 pairs over 20 questions
+
+
+def annotation(i: int, score: int) -> dict:
+    return {
+        "question_id": f"q{i // 3}",
+        "question": f"Question number {i // 3}?",
+        "doc_id": f"d{i}",
+        "doc_title": f"Doc {i}",
+        "doc_text": f"Document text {i}.",
+        "relevance": 0,
+        "comment": f"A comment on document {i}.",
+        "score": score,
+        "score_logprob": -0.25,
+        "score_logprobs": None,
+    }
+
+
+@pytest.fixture()
+def records() -> list[dict]:
+    return [annotation(i, s) for i, s in enumerate(SCORES)]
+
+
+def test_config_help() -> None:
+    assert missing_help(ExportSFTConfig) == []
+
+
+def test_dedup_keeps_first(records) -> None:
+    dupes = [*records, records[0] | {"comment": "other"}, records[5]]
+    out = dedup(dupes)
+    assert len(out) == len(records) and out[0]["comment"] == records[0]["comment"]
+
+
+def test_rebalance_caps(records) -> None:
+    counts = Counter(r["score"] for r in rebalance(records, 2.0, None, seed=0))
+    assert counts == {5: 4, 4: 6, 3: 8, 2: 8, 1: 8}
+    counts = Counter(r["score"] for r in rebalance(records, None, 5, seed=0))
+    assert counts == {5: 4, 4: 5, 3: 5, 2: 5, 1: 5}
+    assert rebalance(records, None, None, seed=0) == records
+    assert rebalance(records, 2.0, None, seed=0) == rebalance(records, 2.0, None, seed=0)  # seeded
+
+
+def test_split_by_question(records) -> None:
+    train, validation = split_by_question(records, 0.25, seed=1)
+    train_q, val_q = {r["question_id"] for r in train}, {r["question_id"] for r in validation}
+    assert not train_q & val_q and len(val_q) == 5 and len(train) + len(validation) == len(records)
+    assert split_by_question(records, 0.25, seed=1) == (train, validation)
+    assert split_by_question(records, 0.25, seed=2) != (train, validation)
+
+
+def test_build_rows(records) -> None:
+    config = ExportSFTConfig(
+        input_dir="-", output_dir="-", system_prompt="You rerank.", validation_fraction=0.2
+    )
+    dsd = build_sft(records + records[:3], config, TEMPLATE)
+    assert isinstance(dsd, datasets.DatasetDict) and dsd.num_rows == {"train": 48, "validation": 12}
+    assert not set(dsd["train"]["question_id"]) & set(dsd["validation"]["question_id"])
+    for row in dsd["train"]:
+        system, user = row["prompt"]
+        (assistant,) = row["completion"]
+        assert system == {"role": "system", "content": "You rerank."} and user["role"] == "user"
+        assert assistant["role"] == "assistant" and assistant["content"].endswith(f"Score: {row['score']}")
+        assert assistant["content"].startswith("Comment: A comment on document")
+        assert assistant["content"] not in user["content"] and "A comment on" not in user["content"]
+        assert f"Question number {row['question_id'][1:]}?" in user["content"]
+    with pytest.raises(ConfigError, match="validation_fraction"):
+        build_sft(records, ExportSFTConfig("-", "-", validation_fraction=1.0), TEMPLATE)
+
+
+def write_run(root: Path, records: list[dict], version: str) -> None:
+    """A store folder as the engine writes it (accepted records with the annotation under `output`)."""
+    identity = {"step": "verbal_annotation", "version": version, "model": "m"}
+    with ShardStore(root, ShardSpec(), identity) as store:
+        store.append([{"key": f"k{i}", **identity, "output": r} for i, r in enumerate(records)], [])
+
+
+def test_export_writes_files(records, tmp_path: Path) -> None:
+    write_run(tmp_path / "run", records, f"{VERSION}+w120-r20-f0.8")
+    config = ExportSFTConfig(str(tmp_path / "run"), str(tmp_path / "sft"), balance_ratio=1.0)
+    dsd = export_sft(config)
+    assert dsd.num_rows["train"] + dsd.num_rows["validation"] == 20  # 5 classes x 4 (the rarest)
+    assert datasets.load_from_disk(str(tmp_path / "sft"))["train"]["doc_id"] == dsd["train"]["doc_id"]
+    lines = (tmp_path / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["doc_id"] for line in lines] == dsd["train"]["doc_id"]
+    with pytest.raises(ConfigError, match="not empty"):
+        export_sft(config)
+    write_run(tmp_path / "other", records, "custom-0123456789ab+w120-r20-f0.8")
+    with pytest.raises(ConfigError, match="template_path"):
+        export_sft(ExportSFTConfig(str(tmp_path / "other"), str(tmp_path / "sft2")))
