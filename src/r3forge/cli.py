@@ -51,6 +51,13 @@ SERVE_TARGETS: dict[str, tuple[str, str]] = {
 }
 
 
+def subcommand_usage(command: str, subcommands: dict[str, str]) -> str:
+    """The `r3forge <command> --help` text: usage line and one line per subcommand."""
+    width = max(len(name) for name in subcommands)
+    lines = [f"usage: r3forge {command} <subcommand> [--config file.yaml] [--flags]", "", "subcommands:"]
+    return "\n".join(lines + [f"  {name:<{width}}  {desc}" for name, desc in subcommands.items()])
+
+
 def usage() -> str:
     width = max(len(c) for c in COMMANDS)
     lines = [
@@ -88,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SERVE_TARGETS:
-        print("usage: r3forge serve <target> [--flags]\n\ntargets:")
-        for name, (_, desc) in SERVE_TARGETS.items():
-            print(f"  {name:<10} {desc}")
+        print(subcommand_usage("serve", {name: desc for name, (_, desc) in SERVE_TARGETS.items()}))
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     module_name, func = SERVE_TARGETS[argv[0]][0].split(":")
     return int(getattr(importlib.import_module(module_name), func)(argv[1:]) or 0)

@@ -7,6 +7,7 @@ import sys
 from r3forge.annotate.export import ExportSFTConfig, export_sft
 from r3forge.annotate.verbal import VerbalAnnotateConfig
 from r3forge.annotate.verbal import main as annotate_verbal
+from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 
@@ -18,9 +19,7 @@ SUBCOMMANDS = {
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: r3forge annotate <subcommand> [--config file.yaml] [--flags]\n\nsubcommands:")
-        for name, desc in SUBCOMMANDS.items():
-            print(f"  {name:<11} {desc}")
+        print(subcommand_usage("annotate", SUBCOMMANDS))
         return 0
     sub, rest = argv[0], argv[1:]
     if sub == "verbal":

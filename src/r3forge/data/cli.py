@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
+from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.data import synth_world
 from r3forge.data.loaders import load_corpus, load_qa, summarize
@@ -38,9 +39,7 @@ def show(config: ShowConfig) -> dict:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: r3forge data <subcommand> [--config file.yaml] [--flags]\n\nsubcommands:")
-        for name, desc in SUBCOMMANDS.items():
-            print(f"  {name:<12} {desc}")
+        print(subcommand_usage("data", SUBCOMMANDS))
         return 0
     sub, rest = argv[0], argv[1:]
     if sub == "synth-world":

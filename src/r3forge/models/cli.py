@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.models.embedded import EMBEDDED_MODELS, models_root, prepare_model, resolve_model, verify_folder
@@ -62,9 +63,7 @@ def chat(config: ChatConfig) -> str:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: r3forge models <subcommand> [--flags]\n\nsubcommands:")
-        for name, desc in SUBCOMMANDS.items():
-            print(f"  {name:<8} {desc}")
+        print(subcommand_usage("models", SUBCOMMANDS))
         return 0
     sub, rest = argv[0], argv[1:]
     if sub == "prepare":

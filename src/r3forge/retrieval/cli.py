@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.retrieval import load_retriever
@@ -71,9 +72,7 @@ def build(config: IndexBuildConfig, bm25: BM25Config, dense: DenseConfig) -> Non
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: r3forge index <subcommand> [--flags]\n\nsubcommands:")
-        for name, desc in SUBCOMMANDS.items():
-            print(f"  {name:<8} {desc}")
+        print(subcommand_usage("index", SUBCOMMANDS))
         return 0
     sub, rest = argv[0], argv[1:]
     if sub == "build":
