@@ -41,6 +41,9 @@ from r3forge.retrieval.base import Hit, RetrievalError, Retriever
 logger = logging.getLogger(__name__)
 
 
+KEEP_ALIVE_S = 75  # > client pool expiry (httpx: 5 s), so clients, not the server, retire idle connections
+
+
 @dataclass
 class ServeConfig:
     """`r3forge serve retriever` options."""
@@ -60,6 +63,13 @@ class ServeConfig:
     ef_search: int | None = field(default=None, metadata={"help": "Dense HNSW only: efSearch override."})
     log_level: str = field(default="info", metadata={"help": "uvicorn log level."})
     access_log: bool = field(default=False, metadata={"help": "Log every request (noisy under load)."})
+    keep_alive_s: int = field(
+        default=KEEP_ALIVE_S,
+        metadata={
+            "help": "Idle seconds before a keep-alive connection is closed (uvicorn's 5 s default "
+            "races clients that reuse pooled connections under bursty rollout traffic)."
+        },
+    )
 
 
 class RetrieveRequest(BaseModel):
@@ -235,9 +245,10 @@ class RunningServer:
     """A uvicorn server on a background thread (tests, notebooks, in-process training jobs)."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=KEEP_ALIVE_S
         )
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="retriever-server", daemon=True)
         self.host = host
         self.port = port
@@ -285,7 +296,12 @@ def serve_main(argv: list[str] | None = None) -> int:
     app = load_app(config)
     print(f"[r3forge] serving {config.index} on http://{config.host}:{config.port}", file=sys.stderr)
     uvicorn.run(
-        app, host=config.host, port=config.port, log_level=config.log_level, access_log=config.access_log
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        access_log=config.access_log,
+        timeout_keep_alive=config.keep_alive_s,
     )
     return 0
 
