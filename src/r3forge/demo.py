@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge import __version__
+from r3forge.backends import GenerationRequest, HFLocalBackend
 from r3forge.config import parse_config, save_config
 from r3forge.data.synth_world import SynthWorldConfig, generate_world, write_world
 from r3forge.metrics import cover_batch, exact_match_batch, f1_batch, nte
@@ -62,23 +63,19 @@ def build_messages(question: str, passages: list[dict]) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"{INSTRUCTION}\n\n{docs}\n\nQuestion: {question}"}]
 
 
-def generate_answers(model, tokenizer, conversations: list[list[dict]], max_new_tokens: int, batch_size: int):
-    """Greedy batched generation with left padding; returns (answers, prompt token counts)."""
-    tokenizer.padding_side = "left"
-    answers, prompt_tokens = [], []
-    for start in tqdm(range(0, len(conversations), batch_size), desc="generate", leave=False):
-        chunk = conversations[start : start + batch_size]
-        prompts = [
-            tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) + ANSWER_CUE
-            for c in chunk
-        ]
-        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)  # [B, T + new]
-        new = out[:, batch["input_ids"].shape[1] :]
-        answers += [a.strip().split("\n")[0] for a in tokenizer.batch_decode(new, skip_special_tokens=True)]
-        prompt_tokens += batch["attention_mask"].sum(dim=1).tolist()
-    return answers, prompt_tokens
+def generate_answers(backend: HFLocalBackend, conversations: list[list[dict]], max_new_tokens: int):
+    """Greedy answers (first line, after the answer cue) and prompt token counts (TK)."""
+    tokenizer = backend.tokenizer
+    requests = [
+        GenerationRequest(
+            prompt=tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) + ANSWER_CUE,
+            max_tokens=max_new_tokens,
+        )
+        for c in conversations
+    ]
+    results = backend.generate(requests)
+    answers = [r.choices[0].text.strip().split("\n")[0] for r in results]
+    return answers, [r.usage.prompt_tokens for r in results]
 
 
 def main(config: DemoConfig) -> Path:
@@ -106,8 +103,11 @@ def main(config: DemoConfig) -> Path:
     timings["world"] = time.perf_counter() - t0 - sum(timings.values())
 
     print(f"[3/4] answering {len(questions)} questions x {len(CONDITIONS)} conditions with {config.model}")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    backend = HFLocalBackend(
+        AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32),
+        AutoTokenizer.from_pretrained(model_path),
+        batch_size=config.batch_size,
+    )
     golds = [q["answers"] for q in questions]
     rows: dict[str, dict] = {}
     for cond in tqdm(CONDITIONS, desc="conditions"):
@@ -118,9 +118,7 @@ def main(config: DemoConfig) -> Path:
             for q in questions
         ]
         convs = [build_messages(q["question"], ps) for q, ps in zip(questions, passages, strict=True)]
-        answers, prompt_tokens = generate_answers(
-            model, tokenizer, convs, config.max_new_tokens, config.batch_size
-        )
+        answers, prompt_tokens = generate_answers(backend, convs, config.max_new_tokens)
         contexts = ["\n".join(p["text"] for p in ps) for ps in passages]
         rows[cond] = {
             "answers": answers,
