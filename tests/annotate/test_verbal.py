@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from r3forge.annotate.cli import main as annotate_cli
+from r3forge.annotate.items import qa_items
+from r3forge.annotate.jobs import VERBAL_CONFIGS
 from r3forge.annotate.verbal import (
     PROMPT_VERSION,
     REASONS,
     Checks,
     ParsedAnnotation,
-    VerbalAnnotateConfig,
     VerbalAnnotationStep,
     load_template,
     parse_annotation,
-    qa_items,
     score_logprobs,
     score_token_index,
 )
@@ -159,7 +159,7 @@ def test_items_and_config_help() -> None:
                                                        for i in range(3)]}  # fmt: skip
     items = list(qa_items([record] * 3, max_questions=2, max_docs=2))
     assert [(i["question_id"], i["doc_id"]) for i in items] == [("q", "p0"), ("q", "p1")] * 2
-    assert missing_help(VerbalAnnotateConfig) == []
+    assert all(missing_help(c) == [] for c in VERBAL_CONFIGS)
 
 
 class Recording:

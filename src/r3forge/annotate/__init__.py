@@ -2,8 +2,13 @@
 
     from r3forge.annotate import VerbalAnnotationStep, qa_items, export_sft, ExportSFTConfig
 
-* `verbal`: `VerbalAnnotationStep` (a `r3forge.synth` step), `parse_annotation`, `qa_items`,
-  `VerbalAnnotateConfig` + `main`;
+* `verbal`: `VerbalAnnotationStep` (a `r3forge.synth` step), `parse_annotation`;
+* `judge`: `JudgeStep`, a second model approving annotations; `paraphrase`: `ParaphraseStep`, the
+  paraphrased-context baseline;
+* `items`: (question, document) pairs: `qa_items` (own passages), `retrieved_items` (a retriever's top-n);
+* `teacher`: `TeacherConfig` + `open_teacher` (any backend; can start `vllm serve` for the job);
+* `jobs`: the `r3forge annotate verbal|judge|paraphrase` configs and mains;
+* `report`: acceptance, score distribution, NDCG@k of teacher scores vs gold (`annotation_report`);
 * `export`: accepted annotations -> prompt/completion chat `DatasetDict` (`ExportSFTConfig`, `export_sft`).
 
 Names are imported on first use.
@@ -19,11 +24,24 @@ _EXPORTS = {
     "DEMOS": "verbal",
     "PROMPT_VERSION": "verbal",
     "REASONS": "verbal",
-    "VerbalAnnotateConfig": "verbal",
+    "VerbalAnnotateConfig": "jobs",
+    "PairsConfig": "jobs",
+    "RunConfig": "jobs",
+    "JudgeConfig": "jobs",
+    "ParaphraseConfig": "jobs",
+    "verbal_main": "jobs",
+    "judge_main": "jobs",
+    "paraphrase_main": "jobs",
+    "JudgeStep": "judge",
+    "ParaphraseStep": "paraphrase",
+    "TeacherConfig": "teacher",
+    "open_teacher": "teacher",
+    "retrieved_items": "items",
+    "annotation_report": "report",
     "VerbalAnnotationStep": "verbal",
     "load_template": "verbal",
     "parse_annotation": "verbal",
-    "qa_items": "verbal",
+    "qa_items": "items",
     "ExportSFTConfig": "export",
     "build_sft": "export",
     "export_sft": "export",

@@ -1,20 +1,29 @@
-"""`r3forge annotate verbal|export-sft`."""
+"""`r3forge annotate verbal|judge|paraphrase|report|export-sft`."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 
+from r3forge.annotate import jobs
 from r3forge.annotate.export import ExportSFTConfig, export_sft
-from r3forge.annotate.verbal import VerbalAnnotateConfig
-from r3forge.annotate.verbal import main as annotate_verbal
+from r3forge.annotate.report import annotation_report, format_report
 from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 
 SUBCOMMANDS = {
     "verbal": "Teacher comment + 1-5 relevance score per (question, document) pair (cached, resumable).",
+    "judge": "A second model approves (or not) each accepted annotation; prints the approval rate.",
+    "paraphrase": "The paraphrased-context baseline: the teacher rewrites each document, no commentary.",
+    "report": "Acceptance, reject reasons, score distribution, NDCG@k of teacher scores vs gold relevance.",
     "export-sft": "Accepted annotations -> prompt/completion chat SFT dataset, split by question.",
 }
+
+
+@dataclass
+class ReportArgs:
+    input_dir: str = field(metadata={"help": "Output folder of a verbal annotation run."})
 
 
 def main(argv: list[str]) -> int:
@@ -22,15 +31,22 @@ def main(argv: list[str]) -> int:
         print(subcommand_usage("annotate", SUBCOMMANDS))
         return 0
     sub, rest = argv[0], argv[1:]
+    prog = f"r3forge annotate {sub}"
     if sub == "verbal":
-        (cfg,) = parse_config((VerbalAnnotateConfig,), rest, prog="r3forge annotate verbal")
-        annotate_verbal(cfg)
-        return 0
-    if sub == "export-sft":
-        (cfg,) = parse_config((ExportSFTConfig,), rest, prog="r3forge annotate export-sft")
+        jobs.verbal_main(*parse_config(jobs.VERBAL_CONFIGS, rest, prog=prog))
+    elif sub == "judge":
+        jobs.judge_main(*parse_config(jobs.JUDGE_CONFIGS, rest, prog=prog))
+    elif sub == "paraphrase":
+        jobs.paraphrase_main(*parse_config(jobs.PARAPHRASE_CONFIGS, rest, prog=prog))
+    elif sub == "report":
+        (args,) = parse_config((ReportArgs,), rest, prog=prog)
+        print(format_report(annotation_report(args.input_dir)))
+    elif sub == "export-sft":
+        (cfg,) = parse_config((ExportSFTConfig,), rest, prog=prog)
         export_sft(cfg)
-        return 0
-    raise ConfigError(f"unknown subcommand 'annotate {sub}'; choose from {list(SUBCOMMANDS)}")
+    else:
+        raise ConfigError(f"unknown subcommand 'annotate {sub}'; choose from {list(SUBCOMMANDS)}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,22 +7,30 @@ prompt, rebuilt from the record with the template its prompt version names), `co
 "Comment: ...\\nScore: s"], plus `question_id`, `doc_id`, `score`, `score_logprob`. Identical (question, doc)
 pairs are deduplicated (first record kept), score classes can be capped, and the train/validation split is
 by question (seeded), so no question is in both splits. Written with `save_to_disk` plus one JSONL per split.
+
+With `judge_dir`, only the annotations a judge run approved are kept. A paraphrase run (the paraphrased-
+context baseline) exports the same way: prompt = the paraphrase instruction + document, completion =
+"Paraphrase: ...", dedup and split by document.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import datasets
 
+from r3forge.annotate import paraphrase, templates
+from r3forge.annotate.judge import approvals
 from r3forge.annotate.verbal import PROMPT_VERSION, completion_text, load_template, render
 from r3forge.errors import ConfigError
+from r3forge.synth.export import load_accepted
 
 
 @dataclass
@@ -41,6 +49,9 @@ class ExportSFTConfig:
         default=None, metadata={"help": "Cap each score class at this multiple of the rarest class."}
     )
     max_per_score: int | None = field(default=None, metadata={"help": "Cap each score class at N rows."})
+    judge_dir: str = field(
+        default="", metadata={"help": "Keep only annotations this judge run approved (annotate judge)."}
+    )
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
@@ -59,6 +70,31 @@ def sft_row(record: dict[str, Any], template: str, system_prompt: str = "") -> d
         "score": int(record["score"]),
         "score_logprob": record.get("score_logprob"),
     }
+
+
+def paraphrase_row(record: dict[str, Any], template: str, system_prompt: str = "") -> dict[str, Any]:
+    """One accepted paraphrase (doc_*, paraphrase) -> a prompt/completion row (the ablation's student)."""
+    user = templates.fill(template, {"title": record["doc_title"], "document": record["doc_text"]})
+    prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": user}
+    ]
+    completion = [{"role": "assistant", "content": f"Paraphrase: {record['paraphrase']}"}]
+    # split and dedup by document: a paraphrase does not depend on the question
+    return {"prompt": prompt, "completion": completion, "question_id": str(record["doc_id"]),
+            "doc_id": str(record["doc_id"])}  # fmt: skip
+
+
+def judged(records: list[dict[str, Any]], keys: list[str], judge_dir: str) -> list[dict[str, Any]]:
+    """The records a judge run approved (by annotation key); prints approved / disapproved / unjudged."""
+    verdicts = approvals(judge_dir)
+    kept = [r for r, k in zip(records, keys, strict=True) if verdicts.get(k) is True]
+    unjudged = sum(k not in verdicts for k in keys)
+    print(
+        f"export-sft: judge {judge_dir}: {len(kept)} approved, {len(keys) - len(kept) - unjudged} not "
+        f"approved, {unjudged} not judged (dropped)",
+        file=sys.stderr,
+    )
+    return kept
 
 
 def dedup(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -107,13 +143,15 @@ def split_by_question(
 
 
 def build_sft(
-    records: Iterable[dict[str, Any]], config: ExportSFTConfig, template: str
+    records: Iterable[dict[str, Any]], config: ExportSFTConfig, template: str, row: Callable = sft_row
 ) -> datasets.DatasetDict:
     """Flat accepted annotations -> the split `DatasetDict` (dedup, rebalance, split by question)."""
     if not 0 <= config.validation_fraction < 1:
         raise ConfigError(f"validation_fraction must be in [0, 1), got {config.validation_fraction}")
-    kept = rebalance(dedup(records), config.balance_ratio, config.max_per_score, config.seed)
-    rows = [sft_row(r, template, config.system_prompt) for r in kept]
+    rows = [row(r, template, config.system_prompt) for r in records]
+    rows = dedup(rows)
+    if row is sft_row:
+        rows = rebalance(rows, config.balance_ratio, config.max_per_score, config.seed)
     train, validation = split_by_question(rows, config.validation_fraction, config.seed)
     return datasets.DatasetDict(
         {
@@ -125,20 +163,29 @@ def build_sft(
 
 def export_sft(config: ExportSFTConfig) -> datasets.DatasetDict:
     """Read a run's accepted records, build the SFT `DatasetDict`, write it (save_to_disk + JSONL)."""
-    from r3forge.synth.export import load_accepted
-
-    template, version = load_template(config.template_path)
     accepted = load_accepted(config.input_dir)
+    steps = set(accepted["step"]) if len(accepted) else {"verbal_annotation"}
+    if steps == {"paraphrase_context"}:
+        template, version = paraphrase.load_template(config.template_path)
+        builtin, row = paraphrase.PROMPT_VERSION, paraphrase_row
+    elif steps == {"verbal_annotation"}:
+        template, version = load_template(config.template_path)
+        builtin, row = PROMPT_VERSION, sft_row
+    else:
+        raise ConfigError(f"{config.input_dir}: records of step(s) {sorted(steps)}: not annotations")
     versions = {v.split("+")[0] for v in accepted["version"]} if len(accepted) else set()
     if versions - {version}:
-        hint = "" if config.template_path else f" (the built-in is {PROMPT_VERSION}: pass template_path)"
+        hint = "" if config.template_path else f" (the built-in is {builtin}: pass template_path)"
         raise ConfigError(
             f"{config.input_dir}: annotated with prompt {sorted(versions)}, not {version}{hint}"
         )
+    records = [{**r} for r in accepted]
+    if config.judge_dir:
+        records = judged(records, list(accepted["key"]), config.judge_dir)
     out = Path(config.output_dir)
     if out.exists() and any(out.iterdir()) and not config.overwrite:
         raise ConfigError(f"{out}: exists and is not empty; pass overwrite=true or choose another folder")
-    dsd = build_sft(accepted, config, template)
+    dsd = build_sft(records, config, template, row)
     dsd.save_to_disk(str(out))
     for name, split in dsd.items():
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:

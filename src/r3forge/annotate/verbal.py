@@ -3,6 +3,8 @@
     step = VerbalAnnotationStep(tokenizer=backend.tokenizer)
     run_step(step, qa_items(load_qa("dev.jsonl")), backend, EngineConfig(output_dir="runs/verbal"))
 
+(`qa_items` / `retrieved_items` in `items.py`; the `r3forge annotate verbal` job in `jobs.py`.)
+
 The teacher reads the question and ONE document and answers in a fixed two-field format::
 
     Comment: <short, evidence-citing comment on how the document bears on the question>
@@ -19,28 +21,18 @@ token usage and latency in every record; `parse` adds the question/document fiel
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
-import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from transformers import AutoTokenizer
-
-from r3forge import backends
+from r3forge.annotate import templates
 from r3forge.backends.base import Choice, GenerationRequest, GenerationResult
-from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
-from r3forge.models import resolve_model
-from r3forge.synth.engine import EngineConfig, Rejected, RunSummary, model_name, run_step
+from r3forge.synth.engine import Rejected
 
 PROMPT_VERSION = "verbal_annotation_v1"
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "prompts" / f"{PROMPT_VERSION}.txt"
-PLACEHOLDERS = ("{question}", "{title}", "{document}")
 SCORES = ("1", "2", "3", "4", "5")
 REASONS = (
     "truncated",
@@ -73,27 +65,13 @@ DEMOS = (
 
 
 def load_template(path: str | None = None) -> tuple[str, str]:
-    """(template text, prompt version). The built-in template is `PROMPT_VERSION`; a user's template file
-    is versioned `custom-<sha256 of its text, 12 hex>` so editing it invalidates cached records."""
-    source = Path(path) if path else DEFAULT_TEMPLATE
-    try:
-        text = source.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{source}: cannot read the annotation prompt template ({e.strerror or e})") from e
-    missing = [p for p in ("{question}", "{document}") if p not in text]
-    if missing:
-        raise ConfigError(
-            f"{source}: prompt template lacks placeholder(s) {missing} (see {DEFAULT_TEMPLATE})"
-        )
-    if not path:
-        return text, PROMPT_VERSION
-    return text, f"custom-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
+    """(template text, prompt version): the built-in `PROMPT_VERSION`, or a user's file (`custom-<hash>`)."""
+    return templates.load_template(path, PROMPT_VERSION, ("question", "document"))
 
 
 def render(template: str, question: str, title: str, document: str) -> str:
     """Fill `{question}`, `{title}`, `{document}` (plain replacement: other braces stay as they are)."""
-    values = dict(zip(PLACEHOLDERS, (question, title, document), strict=True))
-    return re.sub("|".join(map(re.escape, PLACEHOLDERS)), lambda m: values[m[0]], template).strip()
+    return templates.fill(template, {"question": question, "title": title, "document": document})
 
 
 def completion_text(comment: str, score: int) -> str:
@@ -298,97 +276,3 @@ class VerbalAnnotationStep:
             "score_logprob": None if t is None else choice.logprobs[t],
             "score_logprobs": None if t is None else score_logprobs(choice.top_logprobs[t], decode),
         }
-
-
-def qa_items(
-    records: Iterable[dict], max_questions: int | None = None, max_docs: int | None = None
-) -> Iterator[dict]:
-    """One item per (question, own passage) of canonical QA records; `relevance` is the gold label."""
-    for i, record in enumerate(records):
-        if max_questions is not None and i >= max_questions:
-            return
-        for passage in record["passages"][:max_docs]:
-            yield {
-                "question_id": record["id"],
-                "question": record["question"],
-                "doc_id": passage["id"],
-                "doc_title": passage["title"],
-                "doc_text": passage["text"],
-                "relevance": passage["relevance"],
-            }
-
-
-@dataclass
-class VerbalAnnotateConfig:
-    qa_path: str = field(metadata={"help": "QA data (file, glob, folder or hf://...): r3forge load_qa."})
-    output_dir: str = field(metadata={"help": "Synthesis output folder (resumable; one per job/shard)."})
-    qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
-    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
-    max_docs_per_question: int | None = field(
-        default=None, metadata={"help": "Use only each question's first N passages."}
-    )
-    template_path: str | None = field(
-        default=None, metadata={"help": "Own prompt template ({question} {title} {document}); default v1."}
-    )
-    max_comment_words: int = field(default=120, metadata={"help": "Reject longer comments (overlong)."})
-    copy_max_run: int = field(
-        default=20, metadata={"help": "Reject comments sharing a longer word run with the document."}
-    )
-    copy_max_fraction: float = field(
-        default=0.8, metadata={"help": "Reject comments whose copied run exceeds this share of their words."}
-    )
-    temperature: float = field(default=0.0, metadata={"help": "Teacher sampling temperature (0: greedy)."})
-    max_tokens: int = field(default=256, metadata={"help": "Max new tokens (hitting it: truncated)."})
-    top_logprobs: int = field(default=5, metadata={"help": "Top-k logprobs per token (score-token dist)."})
-    backend: Literal["hf", "openai"] = field(
-        default="hf", metadata={"help": "hf: local transformers; openai: OpenAI-compatible server (vLLM)."}
-    )
-    model: str = field(
-        default="smollm2-135m-instruct", metadata={"help": "Teacher: embedded name, folder or Hub id."}
-    )
-    base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "openai backend: API root."})
-    tokenizer: str = field(
-        default="", metadata={"help": "openai backend: tokenizer to locate the score token (default none)."}
-    )
-    prefill: str = field(
-        default="", metadata={"help": "Start of the teacher's answer, e.g. 'Comment:' (needs a tokenizer)."}
-    )
-    few_shot: bool = field(
-        default=False, metadata={"help": "Show the two built-in demos first (small teachers)."}
-    )
-    device: str = field(default="cpu", metadata={"help": "hf backend: torch device."})
-    batch_size: int = field(default=16, metadata={"help": "Items per backend call."})
-    concurrency: int = field(default=1, metadata={"help": "Backend calls in flight (HTTP: 2-4)."})
-
-
-def main(config: VerbalAnnotateConfig) -> RunSummary:
-    """Load QA records, build (question, passage) items and annotate them with the configured teacher."""
-    tokenizer = None
-    if config.backend == "hf":
-        backend = backends.build_backend(backends.HFLocalConfig(model=config.model, device=config.device))
-        tokenizer = backend.tokenizer
-    else:
-        backend = backends.build_backend(
-            backends.OpenAIHTTPConfig(base_url=config.base_url, model=config.model)
-        )
-        if config.tokenizer:
-            tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.tokenizer))
-    checks = Checks(config.max_comment_words, config.copy_max_run, config.copy_max_fraction)
-    step = VerbalAnnotationStep(
-        config.template_path, checks, config.temperature, config.max_tokens, config.top_logprobs,
-        config.prefill, config.few_shot, tokenizer,
-    )  # fmt: skip
-    items = list(qa_items(load_qa(config.qa_path, config.qa_format), config.max_questions,
-                          config.max_docs_per_question))  # fmt: skip
-    engine = EngineConfig(
-        output_dir=config.output_dir,
-        model=model_name(config.model),
-        batch_size=config.batch_size,
-        concurrency=config.concurrency,
-    )
-    try:
-        summary = run_step(step, items, backend, engine)
-    finally:
-        backend.close()
-    print(json.dumps(asdict(summary)), file=sys.stdout)
-    return summary

@@ -41,6 +41,7 @@ ACCEPTED_PARQUET = "data/train-00000-of-00001.parquet"
 REJECTED_PARQUET = "rejected/train-00000-of-00001.parquet"
 # store fields that are nested or heterogeneous: JSON strings in the Dataset
 JSON_COLUMNS = ("sampling",)
+MAX_LEVELS = 10  # int/bool output columns with at most this many values get a value-count table
 
 
 @dataclass
@@ -314,19 +315,10 @@ def dataset_card(manifest: dict[str, Any], accepted: datasets.Dataset, rejected:
         "|---|---|---|",
         *[f"| `{r}` | {n} | {n / total:.1%} |" for r, n in reasons.most_common()],
         "",
-        "## Histograms (accepted records)",
+        "## Distributions (accepted records)",
         "",
     ]
-    columns = [("completion tokens", accepted["completion_tokens"] if len(accepted) else [])]
-    columns.append(("latency of the batch call (s)", accepted["latency_s"] if len(accepted) else []))
-    for name in _output_columns(accepted)[:6]:
-        values = accepted[name]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values if v is not None):
-            columns.append((f"`{name}`", values))
-        elif all(isinstance(v, str) for v in values if v is not None):
-            columns.append((f"`{name}` length (characters)", [len(v) for v in values if v is not None]))
-    for title, values in columns:
-        lines += [f"### {title}", "", "```", histogram(list(values)), "```", ""]
+    lines += _distributions(accepted)
     lines += [
         "## Loading",
         "",
@@ -341,6 +333,31 @@ def dataset_card(manifest: dict[str, Any], accepted: datasets.Dataset, rejected:
         "",
     ]
     return "\n".join(lines)
+
+
+def _distributions(accepted: datasets.Dataset) -> list[str]:
+    """Card sections of the accepted records: a value-count table for each output column with at most
+    `MAX_LEVELS` distinct int/bool values (a 1-5 score, a yes/no verdict), a histogram for every other
+    numeric column, and the length histogram of every text column that is not an id."""
+    lines: list[str] = []
+    columns = [("completion tokens", accepted["completion_tokens"] if len(accepted) else [])]
+    columns.append(("latency of the batch call (s)", accepted["latency_s"] if len(accepted) else []))
+    for name in _output_columns(accepted):
+        values = [v for v in accepted[name] if v is not None]
+        if not values:
+            continue
+        if all(isinstance(v, bool | int) for v in values) and len(set(values)) <= MAX_LEVELS:
+            counts = Counter(values)
+            lines += [f"### `{name}`", "", "| value | records | share |", "|---|---|---|"]
+            lines += [f"| {v} | {counts[v]} | {counts[v] / len(values):.1%} |" for v in sorted(counts)]
+            lines.append("")
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            columns.append((f"`{name}`", values))
+        elif all(isinstance(v, str) for v in values) and name != "id" and not name.endswith("_id"):
+            columns.append((f"`{name}` length (characters)", [len(v) for v in values]))
+    for title, values in columns:
+        lines += [f"### {title}", "", "```", histogram(list(values)), "```", ""]
+    return lines
 
 
 def _sum(ds: datasets.Dataset, column: str) -> int:

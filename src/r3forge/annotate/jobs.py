@@ -1,0 +1,221 @@
+"""The annotation jobs behind `r3forge annotate verbal|judge|paraphrase`: configs and `main`s.
+
+    r3forge annotate verbal --config configs/annotate/verbal_hotpotqa_cpu.yaml
+    r3forge annotate judge --annotation_dir runs/annotate/verbal --output_dir runs/annotate/judge \\
+        --backend openai --model Qwen/Qwen2.5-7B-Instruct --base_url http://judge-node:8000/v1
+    r3forge annotate paraphrase --config configs/annotate/paraphrase_hotpotqa_cpu.yaml
+
+Each job's flags (and YAML keys, in one flat file) come from several config classes: which pairs
+(`PairsConfig`), the step's own settings, the teacher (`TeacherConfig`), the run (`RunConfig`: output folder,
+batching, `--shard i/N`, `--dry_run`) and the Hub upload (`HubConfig`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
+from r3forge.annotate.judge import JudgeStep, approvals, judge_items
+from r3forge.annotate.paraphrase import ParaphraseChecks, ParaphraseStep
+from r3forge.annotate.report import annotation_report, format_report, write_report
+from r3forge.annotate.teacher import TeacherConfig, load_tokenizer, open_teacher
+from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
+from r3forge.data.loaders import load_qa
+from r3forge.synth.engine import EngineConfig, RunSummary, model_name, run_step
+from r3forge.synth.export import HubConfig, push_from_config
+from r3forge.synth.store import ShardSpec
+
+
+@dataclass
+class PairsConfig:
+    qa_path: str = field(metadata={"help": "QA data (file, glob, folder or hf://...): r3forge load_qa."})
+    qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
+    pairing: Literal["own", "retrieval"] = field(
+        default="own",
+        metadata={"help": "own: each question's own passages; retrieval: a retriever's top_n per question."},
+    )
+    index: str = field(
+        default="", metadata={"help": "retrieval: a saved index folder (r3forge index build)."}
+    )
+    retriever_url: str = field(
+        default="", metadata={"help": "retrieval: a running `r3forge serve retriever` instead of `index`."}
+    )
+    top_n: int = field(default=10, metadata={"help": "retrieval: documents per question (the paper: 50)."})
+    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
+    max_docs_per_question: int | None = field(
+        default=None, metadata={"help": "own: use only each question's first N passages."}
+    )
+
+
+@dataclass
+class RunConfig:
+    output_dir: str = field(metadata={"help": "Synthesis output folder (resumable; one per job/shard)."})
+    batch_size: int = field(default=16, metadata={"help": "Items per backend call (fsync'd per call)."})
+    concurrency: int = field(default=1, metadata={"help": "Backend calls in flight (HTTP: 4-64)."})
+    shard: str = field(default="0/1", metadata={"help": "'i/N': only shard i of N (merge: synth merge)."})
+    dry_run: bool = field(
+        default=False, metadata={"help": "Print request and prompt-token counts; no teacher calls."}
+    )
+    resume: bool = field(
+        default=True, metadata={"help": "Skip cached items; false: refuse a non-empty folder."}
+    )
+    progress: bool = field(default=True, metadata={"help": "Live progress bar (stderr)."})
+
+
+@dataclass
+class VerbalAnnotateConfig:
+    template_path: str | None = field(
+        default=None, metadata={"help": "Own prompt template ({question} {title} {document}); default v1."}
+    )
+    max_comment_words: int = field(default=120, metadata={"help": "Reject longer comments (overlong)."})
+    copy_max_run: int = field(
+        default=20, metadata={"help": "Reject comments sharing a longer word run with the document."}
+    )
+    copy_max_fraction: float = field(
+        default=0.8, metadata={"help": "Reject comments whose copied run exceeds this share of their words."}
+    )
+    temperature: float = field(default=0.0, metadata={"help": "Teacher sampling temperature (0: greedy)."})
+    max_tokens: int = field(default=256, metadata={"help": "Max new tokens (hitting it: truncated)."})
+    top_logprobs: int = field(default=5, metadata={"help": "Top-k logprobs per token (score-token dist)."})
+    prefill: str = field(
+        default="", metadata={"help": "Start of the teacher's answer, e.g. 'Comment:' (needs a tokenizer)."}
+    )
+    few_shot: bool = field(
+        default=False, metadata={"help": "Show the two built-in demos first (small teachers)."}
+    )
+
+
+@dataclass
+class JudgeConfig:
+    annotation_dir: str = field(metadata={"help": "Output folder of the verbal annotation run to judge."})
+    template_path: str | None = field(
+        default=None, metadata={"help": "Own judge template ({question} {document} {comment} {score})."}
+    )
+    temperature: float = field(default=0.0, metadata={"help": "Judge sampling temperature (0: greedy)."})
+    max_tokens: int = field(default=96, metadata={"help": "Max new tokens (hitting it: truncated)."})
+    top_logprobs: int = field(default=5, metadata={"help": "Top-k logprobs (P(yes) at the verdict)."})
+    max_items: int | None = field(default=None, metadata={"help": "Judge only the first N annotations."})
+
+
+@dataclass
+class ParaphraseConfig:
+    template_path: str | None = field(
+        default=None, metadata={"help": "Own template ({document}, optional {title}); default v1."}
+    )
+    min_ratio: float = field(default=0.3, metadata={"help": "Reject rewrites under this x document words."})
+    max_ratio: float = field(default=2.0, metadata={"help": "Reject rewrites over this x document words."})
+    max_copied: float = field(
+        default=0.9, metadata={"help": "Reject a verbatim run over this share of the document (unchanged)."}
+    )
+    temperature: float = field(default=0.0, metadata={"help": "Teacher sampling temperature (0: greedy)."})
+    max_tokens: int = field(default=512, metadata={"help": "Max new tokens (hitting it: truncated)."})
+
+
+VERBAL_CONFIGS = (PairsConfig, VerbalAnnotateConfig, TeacherConfig, RunConfig, HubConfig)
+JUDGE_CONFIGS = (JudgeConfig, TeacherConfig, RunConfig, HubConfig)
+PARAPHRASE_CONFIGS = (PairsConfig, ParaphraseConfig, TeacherConfig, RunConfig, HubConfig)
+
+
+def load_pairs(config: PairsConfig) -> list[dict]:
+    """The (question, document) items of a job, in input order."""
+    records = load_qa(config.qa_path, config.qa_format)
+    if config.pairing == "own":
+        return list(qa_items(records, config.max_questions, config.max_docs_per_question))
+    retriever = open_retriever(config.index, config.retriever_url)
+    try:
+        return list(retrieved_items(records, retriever, config.top_n, config.max_questions))
+    finally:
+        getattr(retriever, "close", lambda: None)()
+
+
+def engine_config(run: RunConfig, teacher: TeacherConfig, model_id: str) -> EngineConfig:
+    tokenizer = teacher.tokenizer or (teacher.model if teacher.backend in ("hf", "vllm") else "")
+    return EngineConfig(
+        output_dir=run.output_dir,
+        model=model_id,
+        batch_size=run.batch_size,
+        concurrency=run.concurrency,
+        shard=run.shard,
+        dry_run=run.dry_run,
+        resume=run.resume,
+        progress=run.progress,
+        tokenizer=tokenizer,  # dry runs count prompt tokens with it
+    )
+
+
+def run_job(
+    make_step: Any, items: Sequence[dict], teacher: TeacherConfig, run: RunConfig, hub: HubConfig
+) -> RunSummary:
+    """Open the teacher (not for a dry run), build the step with its tokenizer, run it, push the export.
+
+    `make_step(tokenizer)` builds the step (the tokenizer locates score / verdict tokens; may be None).
+    """
+    engine = engine_config(run, teacher, model_name(teacher.model))
+    if run.dry_run:
+        tokenizer = load_tokenizer(engine.tokenizer) if engine.tokenizer else None
+        return run_step(make_step(tokenizer), items, None, engine)
+    with open_teacher(teacher) as opened:
+        summary = run_step(make_step(opened.tokenizer), items, opened.backend, engine)
+    if ShardSpec.parse(run.shard).count == 1:
+        push_from_config(run.output_dir, hub)
+    print(json.dumps(asdict(summary)), file=sys.stdout)
+    return summary
+
+
+def verbal_main(
+    pairs: PairsConfig, config: VerbalAnnotateConfig, teacher: TeacherConfig, run: RunConfig, hub: HubConfig
+) -> RunSummary:
+    """`r3forge annotate verbal`: pairs -> teacher comment + score; then the agreement report."""
+    items = load_pairs(pairs)
+    checks = Checks(config.max_comment_words, config.copy_max_run, config.copy_max_fraction)
+
+    def make_step(tokenizer: Any) -> VerbalAnnotationStep:
+        return VerbalAnnotationStep(
+            config.template_path, checks, config.temperature, config.max_tokens, config.top_logprobs,
+            config.prefill, config.few_shot, tokenizer,
+        )  # fmt: skip
+
+    summary = run_job(make_step, items, teacher, run, hub)
+    if not run.dry_run and ShardSpec.parse(run.shard).count == 1:
+        labels = {(i["question_id"], i["doc_id"]): i["relevance"] for i in items}
+        report = annotation_report(run.output_dir, labels)
+        write_report(report, run.output_dir)
+        print(format_report(report), file=sys.stderr)
+    return summary
+
+
+def judge_main(config: JudgeConfig, teacher: TeacherConfig, run: RunConfig, hub: HubConfig) -> RunSummary:
+    """`r3forge annotate judge`: a second model approves or not each accepted annotation."""
+    items = list(judge_items(config.annotation_dir, config.max_items))
+
+    def make_step(tokenizer: Any) -> JudgeStep:
+        return JudgeStep(
+            config.template_path, config.temperature, config.max_tokens, config.top_logprobs, tokenizer
+        )
+
+    summary = run_job(make_step, items, teacher, run, hub)
+    if not run.dry_run and ShardSpec.parse(run.shard).count == 1:
+        verdicts = approvals(run.output_dir)
+        rate = sum(verdicts.values()) / len(verdicts) if verdicts else 0.0
+        print(
+            f"judge: {sum(verdicts.values())}/{len(verdicts)} annotations approved ({rate:.1%})",
+            file=sys.stderr,
+        )
+    return summary
+
+
+def paraphrase_main(
+    pairs: PairsConfig, config: ParaphraseConfig, teacher: TeacherConfig, run: RunConfig, hub: HubConfig
+) -> RunSummary:
+    """`r3forge annotate paraphrase`: the paraphrased-context baseline over the same pairs."""
+    items = load_pairs(pairs)
+    checks = ParaphraseChecks(config.min_ratio, config.max_ratio, config.max_copied)
+
+    def make_step(tokenizer: Any) -> ParaphraseStep:
+        return ParaphraseStep(config.template_path, checks, config.temperature, config.max_tokens, tokenizer)
+
+    return run_job(make_step, items, teacher, run, hub)

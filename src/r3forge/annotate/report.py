@@ -1,0 +1,113 @@
+"""What a verbal annotation run produced, in figures: acceptance, reject reasons, score distribution and the
+agreement of the teacher's scores with gold relevance (NDCG@k of the teacher's ranking).
+
+    print(format_report(annotation_report("runs/annotate/verbal_hotpotqa_cpu")))
+
+The teacher ranks each question's annotated documents by score, ties broken by the score token's logprob
+(the Verbal-R3 ranking). NDCG@k is computed against the pairs' gold `relevance` (questions with at least one
+relevant pair); `labels`, the gold of every pair that was sent (accepted or not), makes a rejected relevant
+document count as missed, as it would be for a student trained on the accepted pairs only. The input order
+(a retriever's ranking, or the dataset's order of a question's own passages) is the reference.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from r3forge.metrics.ranking import ndcg_batch
+from r3forge.synth.export import load_accepted, load_rejected
+
+K_VALUES = (1, 2, 3, 5)
+
+
+def teacher_order(rows: list[dict]) -> list[str]:
+    """Doc ids by score (high first), then score-token logprob (high first; missing last), then input rank.
+
+    >>> teacher_order([{"doc_id": "a", "score": 3, "score_logprob": -0.1, "rank": 0},
+    ...                {"doc_id": "b", "score": 5, "score_logprob": -2.0, "rank": 1},
+    ...                {"doc_id": "c", "score": 5, "score_logprob": -0.5, "rank": 2}])
+    ['c', 'b', 'a']
+    """
+
+    def key(r: dict) -> tuple:
+        lp = r.get("score_logprob")
+        return (-int(r["score"]), -(lp if lp is not None else -np.inf), r.get("rank") or 0)
+
+    return [str(r["doc_id"]) for r in sorted(rows, key=key)]
+
+
+def agreement(
+    rows: Iterable[Mapping[str, Any]],
+    labels: Mapping[tuple[str, str], int | None] | None = None,
+    k_values: Iterable[int] = K_VALUES,
+) -> dict[str, Any]:
+    """NDCG@k of the teacher's ranking and of the input order vs gold relevance; mean score by label."""
+    by_q: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_q[str(r["question_id"])].append(dict(r))
+    qrels_of: dict[str, dict[str, int]] = defaultdict(dict)
+    for (qid, did), rel in (labels or {}).items():
+        if rel is not None:
+            qrels_of[str(qid)][str(did)] = int(rel)
+    for qid, rs in by_q.items():
+        for r in rs:
+            if r.get("relevance") is not None:
+                qrels_of[qid].setdefault(str(r["doc_id"]), int(r["relevance"]))
+    questions = [q for q in by_q if any(v > 0 for v in qrels_of[q].values())]
+    out: dict[str, Any] = {"questions_with_gold": len(questions)}
+    scores_by_label: dict[int, list[int]] = defaultdict(list)
+    for q in by_q:
+        for r in by_q[q]:
+            if r.get("relevance") is not None:
+                scores_by_label[int(r["relevance"])].append(int(r["score"]))
+    out["mean_score_by_relevance"] = {
+        str(k): round(float(np.mean(v)), 3) for k, v in sorted(scores_by_label.items())
+    }
+    if not questions:
+        return out
+    teacher = [teacher_order(by_q[q]) for q in questions]
+    given = [[str(r["doc_id"]) for r in sorted(by_q[q], key=lambda r: r.get("rank") or 0)] for q in questions]
+    qrels = [qrels_of[q] for q in questions]
+    for k in k_values:
+        out[f"ndcg@{k}"] = round(float(ndcg_batch(teacher, qrels, k).mean()), 4)
+        out[f"input_order_ndcg@{k}"] = round(float(ndcg_batch(given, qrels, k).mean()), 4)
+    return out
+
+
+def annotation_report(
+    folder: str, labels: Mapping[tuple[str, str], int | None] | None = None
+) -> dict[str, Any]:
+    """Counts, reject reasons, score distribution and `agreement` of a verbal annotation folder."""
+    accepted, rejected = load_accepted(folder), load_rejected(folder)
+    total = len(accepted) + len(rejected)
+    cols = ("question_id", "doc_id", "score", "score_logprob", "relevance", "rank")
+    values = [accepted[c] if c in accepted.column_names else [None] * len(accepted) for c in cols]
+    rows = [dict(zip(cols, v, strict=True)) for v in zip(*values, strict=True)]
+    scores = Counter(int(r["score"]) for r in rows)
+    reasons = Counter(rejected["reason"]) if len(rejected) else Counter()
+    return {
+        "folder": str(folder),
+        "pairs": total,
+        "accepted": len(accepted),
+        "acceptance_rate": round(len(accepted) / total, 4) if total else None,
+        "reject_reasons": dict(reasons.most_common()),
+        "score_distribution": {str(s): scores.get(s, 0) for s in range(1, 6)},
+        **agreement(rows, labels),
+    }
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    lines = [f"{k}: {json.dumps(v) if isinstance(v, dict) else v}" for k, v in report.items()]
+    return "\n".join(lines)
+
+
+def write_report(report: Mapping[str, Any], folder: str) -> Path:
+    path = Path(folder) / "report.json"
+    path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return path

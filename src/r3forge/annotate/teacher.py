@@ -1,0 +1,118 @@
+"""The teacher (or judge) model of an annotation job: one config, one context manager.
+
+    with open_teacher(TeacherConfig(backend="openai", model="openai/gpt-oss-120b",
+                                    base_url="http://gpu-node:8000/v1")) as teacher:
+        run_step(step, items, teacher.backend, engine)
+
+`backend`: `hf` (transformers in this process), `openai` (any OpenAI-compatible server: vLLM, SGLang, a
+hosted API) or `vllm` (vLLM's offline engine in this process). With `serve: true` the job starts
+`vllm serve` of `model` on a free loopback port, talks to it over HTTP and stops it when the job ends (the
+CPU recipes do this; on a cluster run `launch/serve_vllm.sh` once and point `base_url` at it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from r3forge import backends
+from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
+from r3forge.errors import ConfigError
+from r3forge.synth.engine import model_name
+
+
+@dataclass
+class TeacherConfig:
+    backend: Literal["hf", "openai", "vllm"] = field(
+        default="hf",
+        metadata={
+            "help": "hf: transformers here; openai: an OpenAI-compatible server; vllm: offline engine."
+        },
+    )
+    model: str = field(
+        default="smollm2-135m-instruct",
+        metadata={"help": "Teacher model: embedded name, folder or Hub id (openai: the served name)."},
+    )
+    base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "openai backend: API root."})
+    api_key: str = field(
+        default="", metadata={"help": "openai backend: API key; empty: $OPENAI_API_KEY or 'EMPTY'."}
+    )
+    tokenizer: str = field(
+        default="",
+        metadata={"help": "openai backend: tokenizer to read token ids (score token, prefill); empty: none."},
+    )
+    device: str = field(default="cpu", metadata={"help": "hf backend: torch device."})
+    request_timeout_s: float = field(default=300.0, metadata={"help": "openai backend: timeout of one call."})
+    max_concurrency: int = field(
+        default=64,
+        metadata={"help": "openai backend: requests in flight per batch (in all: x the job's concurrency)."},
+    )
+    serve: bool = field(
+        default=False,
+        metadata={"help": "Start `vllm serve` of `model` on a free loopback port for this job (openai)."},
+    )
+    serve_max_model_len: int = field(
+        default=2048, metadata={"help": "serve: context length of the started server."}
+    )
+    serve_log: str = field(default="", metadata={"help": "serve: server log file; empty: a temporary file."})
+
+    def __post_init__(self) -> None:
+        if self.serve and self.backend != "openai":
+            raise ConfigError(f"serve: true needs backend: openai (got backend: {self.backend})")
+
+
+@dataclass
+class Teacher:
+    """An open teacher: the backend, the tokenizer (or None) and the model id recorded in every record."""
+
+    backend: Any
+    tokenizer: Any
+    model_id: str
+
+
+def load_tokenizer(name: str) -> Any:
+    from transformers import AutoTokenizer  # torch + transformers: only when a tokenizer is asked for
+
+    from r3forge.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(name))
+
+
+@contextmanager
+def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
+    """Build the backend (starting a vLLM server first with `serve`), yield it, close everything."""
+    with ExitStack() as stack:
+        tokenizer, model_id = None, model_name(config.model)
+        if config.backend == "hf":
+            backend = backends.build_backend(backends.HFLocalConfig(model=config.model, device=config.device))
+            tokenizer = backend.tokenizer
+        elif config.backend == "vllm":
+            from r3forge.backends.vllm_engine import VLLMEngineConfig  # imports vllm (seconds)
+
+            backend = backends.build_backend(VLLMEngineConfig(model=config.model))
+            tokenizer = load_tokenizer(config.tokenizer or config.model)
+        else:
+            base_url = config.base_url
+            if config.serve:
+                serve = ServeLLMConfig(
+                    model=config.model,
+                    served_model_name=model_id,
+                    port=0,
+                    max_model_len=config.serve_max_model_len,
+                    log_file=config.serve_log,
+                )
+                base_url = stack.enter_context(VLLMServer(serve)).base_url
+            backend = backends.build_backend(
+                backends.OpenAIHTTPConfig(
+                    base_url=base_url,
+                    model=model_id if config.serve else config.model,
+                    api_key=config.api_key,
+                    request_timeout_s=config.request_timeout_s,
+                    max_concurrency=config.max_concurrency,
+                )
+            )
+            tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None
+        stack.callback(backend.close)
+        yield Teacher(backend, tokenizer, model_id)
