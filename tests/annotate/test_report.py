@@ -1,0 +1,45 @@
+"""Agreement of teacher scores with gold relevance: NDCG@k of the teacher's ranking vs the input order."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from r3forge.annotate.report import agreement
+
+
+def row(q: str, d: str, score: int, rel: int, rank: int, lp: float | None = -0.1) -> dict:
+    return {
+        "question_id": q,
+        "doc_id": d,
+        "score": score,
+        "score_logprob": lp,
+        "relevance": rel,
+        "rank": rank,
+    }
+
+
+def test_agreement_ranks_by_score_then_logprob() -> None:
+    rows = [
+        row("q1", "a", 2, 0, 0),
+        row("q1", "b", 5, 1, 1, lp=-0.9),
+        row("q1", "c", 5, 0, 2, lp=-0.2),  # same score as b, higher logprob: ranked first
+        row("q2", "x", 1, 0, 0),
+        row("q2", "y", 4, 1, 1),
+        row("q3", "z", 3, 0, 0),  # no gold pair: not counted in NDCG
+    ]
+    out = agreement(rows, k_values=(1, 2))
+    assert out["questions_with_gold"] == 2
+    # q1: teacher order c, b, a -> gold at rank 2: NDCG@1 0, NDCG@2 1/log2(3); q2: y first -> 1
+    assert out["ndcg@1"] == pytest.approx(0.5)
+    assert out["ndcg@2"] == pytest.approx((1 / math.log2(3) + 1) / 2, abs=1e-4)
+    assert out["input_order_ndcg@1"] == 0.0  # input order puts a non-gold pair first in both
+    assert out["mean_score_by_relevance"] == {"0": 2.75, "1": 4.5}
+
+
+def test_a_rejected_gold_pair_counts_as_missed() -> None:
+    rows = [row("q1", "a", 3, 0, 0)]
+    labels = {("q1", "a"): 0, ("q1", "b"): 1}  # b was annotated but its output was rejected
+    assert agreement(rows, labels, k_values=(2,))["ndcg@2"] == 0.0
+    assert agreement(rows, k_values=(2,))["questions_with_gold"] == 0
