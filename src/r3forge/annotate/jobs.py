@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -152,9 +152,15 @@ def engine_config(run: RunConfig, teacher: TeacherConfig, model_id: str) -> Engi
 
 
 def run_job(
-    make_step: Any, items: Sequence[dict], teacher: TeacherConfig, run: RunConfig, hub: HubConfig
+    make_step: Any,
+    items: Sequence[dict],
+    teacher: TeacherConfig,
+    run: RunConfig,
+    hub: HubConfig,
+    after: Callable[[], None] | None = None,
 ) -> RunSummary:
-    """Open the teacher (not for a dry run), build the step with its tokenizer, run it, push the export.
+    """Open the teacher (not for a dry run), build the step with its tokenizer, run it, then `after()`
+    (reports written into the folder) and push the folder when `push_to_hub` is set (unsharded runs).
 
     `make_step(tokenizer)` builds the step (the tokenizer locates score / verdict tokens; may be None).
     """
@@ -165,6 +171,8 @@ def run_job(
     with open_teacher(teacher) as opened:
         summary = run_step(make_step(opened.tokenizer), items, opened.backend, engine)
     if ShardSpec.parse(run.shard).count == 1:
+        if after is not None:
+            after()
         push_from_config(run.output_dir, hub)
     print(json.dumps(asdict(summary)), file=sys.stdout)
     return summary
@@ -183,13 +191,13 @@ def verbal_main(
             config.prefill, config.few_shot, tokenizer,
         )  # fmt: skip
 
-    summary = run_job(make_step, items, teacher, run, hub)
-    if not run.dry_run and ShardSpec.parse(run.shard).count == 1:
+    def report() -> None:
         labels = {(i["question_id"], i["doc_id"]): i["relevance"] for i in items}
-        report = annotation_report(run.output_dir, labels)
-        write_report(report, run.output_dir)
-        print(format_report(report), file=sys.stderr)
-    return summary
+        figures = annotation_report(run.output_dir, labels)
+        write_report(figures, run.output_dir)
+        print(format_report(figures), file=sys.stderr)
+
+    return run_job(make_step, items, teacher, run, hub, report)
 
 
 def judge_main(config: JudgeConfig, teacher: TeacherConfig, run: RunConfig, hub: HubConfig) -> RunSummary:
@@ -202,15 +210,15 @@ def judge_main(config: JudgeConfig, teacher: TeacherConfig, run: RunConfig, hub:
             config.prefill, config.few_shot, tokenizer,
         )  # fmt: skip
 
-    summary = run_job(make_step, items, teacher, run, hub)
-    if not run.dry_run and ShardSpec.parse(run.shard).count == 1:
+    def report() -> None:
         verdicts = approvals(run.output_dir)
-        rate = sum(verdicts.values()) / len(verdicts) if verdicts else 0.0
-        print(
-            f"judge: {sum(verdicts.values())}/{len(verdicts)} annotations approved ({rate:.1%})",
-            file=sys.stderr,
-        )
-    return summary
+        approved = sum(verdicts.values())
+        rate = approved / len(verdicts) if verdicts else 0.0
+        figures = {"annotations": len(items), "judged": len(verdicts), "approved": approved}
+        write_report(figures | {"approval_rate": round(rate, 4)}, run.output_dir)
+        print(f"judge: {approved}/{len(verdicts)} annotations approved ({rate:.1%})", file=sys.stderr)
+
+    return run_job(make_step, items, teacher, run, hub, report)
 
 
 def paraphrase_main(

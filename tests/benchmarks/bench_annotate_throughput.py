@@ -1,0 +1,155 @@
+"""Teacher-annotation throughput: r3forge's pipeline vs the reference implementation's sequential loop, and
+vs vLLM's offline batch, on the same (question, paragraph) pairs, the same greedy prompts, the same model.
+
+1. sequential: one synchronous OpenAI chat call per pair, then parse (the reference implementation's style),
+   against a real `vllm serve` of the embedded model on loopback;
+2. pipeline: `run_step` (batched, concurrent HTTP, parse, fsync'd append-only store) against that server;
+3. offline: `vllm.LLM.chat` over all pairs at once in this process (after the server has stopped), the
+   fastest way to run one fixed batch, then the same parse.
+
+Targets: pipeline >= 6x sequential; pipeline >= 0.8x offline. Pairs per second are reported for all three.
+
+    .venv/bin/python tests/benchmarks/bench_annotate_throughput.py [--pairs 200] [--batch_size 32 --concurrency 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import openai
+from transformers import AutoTokenizer
+
+from r3forge.annotate.items import qa_items
+from r3forge.annotate.verbal import VerbalAnnotationStep
+from r3forge.backends import OpenAIHTTPBackend, OpenAIHTTPConfig
+from r3forge.backends.base import Choice, GenerationResult, Usage
+from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
+from r3forge.data.loaders import load_qa
+from r3forge.models import prepare_model
+from r3forge.synth import EngineConfig, Rejected, run_step
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "smollm2-135m-instruct"
+
+
+def pairs(qa_path: Path, n: int) -> list[dict]:
+    items = list(qa_items(load_qa(qa_path), max_questions=(n + 9) // 10, max_docs=10))[:n]
+    if len(items) < n:
+        sys.exit(f"{qa_path}: only {len(items)} pairs")
+    return items
+
+
+def sequential(base_url: str, step: VerbalAnnotationStep, items: list[dict]) -> tuple[float, int]:
+    """The reference style: a synchronous client, one request at a time, parse each answer."""
+    client = openai.OpenAI(base_url=base_url, api_key="EMPTY")
+    accepted, start = 0, time.perf_counter()
+    for item in items:
+        request = step.prompt(item)
+        response = client.chat.completions.create(
+            model=MODEL,
+            messages=list(request.messages),
+            temperature=request.temperature,
+            max_tokens=request.max_tokens,
+            logprobs=True,
+            top_logprobs=request.top_logprobs,
+        )
+        c = response.choices[0]
+        tokens = c.logprobs.content or []
+        choice = Choice(
+            c.message.content or "",
+            [],
+            [t.logprob for t in tokens],
+            [{x.token: x.logprob for x in t.top_logprobs} for t in tokens],
+            c.finish_reason,
+        )
+        accepted += not isinstance(step.parse(item, GenerationResult([choice], Usage())), Rejected)
+    return time.perf_counter() - start, accepted
+
+
+def pipeline(base_url: str, step: VerbalAnnotationStep, items: list[dict], args) -> tuple[float, int]:
+    backend = OpenAIHTTPBackend(OpenAIHTTPConfig(base_url=base_url, model=MODEL, max_concurrency=64))
+    with tempfile.TemporaryDirectory() as out:
+        config = EngineConfig(output_dir=out, model=MODEL, batch_size=args.batch_size,
+                              concurrency=args.concurrency, progress=False, export=False)  # fmt: skip
+        start = time.perf_counter()
+        summary = run_step(step, items, backend, config)
+        return time.perf_counter() - start, summary.accepted
+
+
+def offline(model_path: Path, step: VerbalAnnotationStep, items: list[dict]) -> tuple[float, int]:
+    from vllm import LLM, SamplingParams
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    llm = LLM(model=str(model_path), dtype="float32", max_model_len=2048, max_logprobs=20,
+              generation_config="vllm", logprobs_mode="raw_logprobs")  # fmt: skip
+    requests = [step.prompt(item) for item in items]
+    params = SamplingParams(
+        temperature=0.0, max_tokens=requests[0].max_tokens, logprobs=requests[0].top_logprobs
+    )
+    llm.chat([list(r.messages) for r in requests[:4]], params, use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    outputs = llm.chat([list(r.messages) for r in requests], params, use_tqdm=False)
+    accepted = 0
+    for item, out in zip(items, outputs, strict=True):
+        o = out.outputs[0]
+        lps = o.logprobs or []
+        choice = Choice(
+            o.text,
+            list(o.token_ids),
+            [d[t].logprob for d, t in zip(lps, o.token_ids, strict=True)],
+            [{t: x.logprob for t, x in d.items()} for d in lps],
+            "length" if o.finish_reason == "length" else "stop",
+        )
+        accepted += not isinstance(step.parse(item, GenerationResult([choice], Usage())), Rejected)
+    elapsed = time.perf_counter() - start
+    engine = getattr(llm, "llm_engine", None)
+    shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    return elapsed, accepted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=200)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--max_tokens", type=int, default=96)
+    parser.add_argument(
+        "--qa_path", default=str(REPO.parent / "shared/data/hotpotqa/rpt_distractor_dev_sample_dev.jsonl")
+    )
+    args = parser.parse_args()
+    model_path = prepare_model(MODEL)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    step = VerbalAnnotationStep(
+        max_tokens=args.max_tokens, top_logprobs=5, few_shot=True, tokenizer=tokenizer
+    )
+    items = pairs(Path(args.qa_path), args.pairs)
+    serve = ServeLLMConfig(model=str(model_path), served_model_name=MODEL, port=0, max_model_len=2048)
+    with VLLMServer(serve) as server:
+        OpenAIHTTPBackend(OpenAIHTTPConfig(base_url=server.base_url, model=MODEL)).generate(
+            [step.prompt(i) for i in items[:4]]
+        )  # warm-up
+        t_seq, a_seq = sequential(server.base_url, step, items)
+        t_pipe, a_pipe = pipeline(server.base_url, step, items, args)
+    t_off, a_off = offline(model_path, step, items)
+    n = len(items)
+    print(f"\n{n} HotpotQA (question, paragraph) pairs, {MODEL}, greedy, max_tokens={args.max_tokens}, "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(f"{'run':<12}{'seconds':>9}{'pairs/s':>9}{'accepted':>10}")
+    for name, t, a in (("sequential", t_seq, a_seq), ("pipeline", t_pipe, a_pipe), ("offline", t_off, a_off)):
+        print(f"{name:<12}{t:>9.1f}{n / t:>9.2f}{a:>10}")
+    print(f"pipeline vs sequential loop: {t_seq / t_pipe:.2f}x (target >= 6x)")
+    print(f"pipeline vs vLLM offline batch: {t_off / t_pipe:.2f}x (target >= 0.8x)")
+    print(f"(batch_size={args.batch_size}, concurrency={args.concurrency})")
+
+
+if __name__ == "__main__":
+    main()
