@@ -4,6 +4,7 @@ config errors."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import psutil
@@ -50,3 +51,23 @@ def test_cpu_recipe_starts_and_stops_its_server(shared_data, smollm2_path, tmp_p
     assert report["pairs"] == 6 and report["questions_with_gold"] >= 1 and "ndcg@2" in report
     assert log.stat().st_size > 0  # the job's own server wrote its log there
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()]  # and was stopped
+
+
+def test_slurm_launcher_assembles_a_valid_shard_command() -> None:
+    import shlex
+    import subprocess
+
+    from r3forge.annotate.jobs import VERBAL_CONFIGS
+    from r3forge.config import parse_config
+
+    env = {"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "SHARDS": "4", "SHARD": "2", "PYTHON": sys.executable}
+    config = "configs/annotate/verbal_nq_gptoss120b.yaml"
+    done = subprocess.run(
+        ["bash", "launch/annotate_slurm.sh", config, "--top_n", "20"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    serve, annotate = [shlex.split(line[2:].rstrip(" &")) for line in done.stderr.splitlines()[-2:]]
+    assert serve[-4:] == ["launch/serve_vllm.sh", "openai/gpt-oss-120b", "--tensor-parallel-size", "4"]
+    assert annotate[1:5] == ["-m", "r3forge", "annotate", "verbal"]
+    pairs, _, _, run, _ = parse_config(VERBAL_CONFIGS, annotate[5:])
+    assert (run.shard, run.output_dir, pairs.top_n) == ("2/4", "runs/annotate/verbal_nq_gptoss120b/s2", 20)
