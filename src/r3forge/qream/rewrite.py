@@ -1,0 +1,142 @@
+"""QREAM-ICL: iterative, question-oriented rewriting of the raw retrieval with stylistic demonstrations.
+
+Round 1 rewrites r_raw (the top-K retrieved documents of question q, concatenated); round n > 1 rewrites
+the first `l` tokens of round n-1's output. N rounds give the candidates C_q that `select.py` scores.
+
+    step = RewriteStep(demos=[(seed["question"], seed["document"]) for seed in seeds])
+    items = [rewrite_item(q, raw_retrieval(passages, k=5), round=1) for q, passages in ...]
+    run_step(step, items, rewriter, EngineConfig("runs/qream/round1"))
+    # round 2: rewrite_item(q, first_tokens(round1_text, tokenizer, l=100), round=2) ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from r3forge.backends.base import GenerationRequest, GenerationResult
+from r3forge.errors import ConfigError
+from r3forge.synth.engine import Rejected
+
+PROMPT_VERSION = "qream_rewrite_v1"
+INSTRUCTION = (
+    "Rewrite retrieved text into a background document for a question, in the style of the examples: one "
+    "focused paragraph that presents the information the question needs. Use only facts stated in the "
+    "retrieved text; do not answer beyond it and do not mention the question or the retrieval."
+)
+_LABEL = re.compile(r"^[\s*_#>`]*(?:background\s+)?document[\s*_]*:[\s*_]*", re.IGNORECASE)
+
+
+_SENTENCE = re.compile(r"[^.!?]+[.!?]+(?=\s|$)")
+
+
+def trim_generation(text: str, truncated: bool) -> tuple[str, str]:
+    """(text, what was trimmed): a small model's loops and cut-off endings removed at sentence boundaries.
+
+    The text stops before the first sentence that repeats an earlier one ("repetition"); an output that hit
+    max_tokens loses its unfinished last sentence ("unfinished"). Nothing trimmed: "".
+
+    >>> trim_generation("A is B. C is D. A is B. A is B.", False)
+    ('A is B. C is D.', 'repetition')
+    >>> trim_generation("A is B. C is", True)
+    ('A is B.', 'unfinished')
+    """
+    text = " ".join(text.split())
+    sentences = [m.group().strip() for m in _SENTENCE.finditer(text)]
+    seen, kept = set(), []
+    for sentence in sentences:
+        if sentence.lower() in seen:
+            return " ".join(kept), "repetition"
+        seen.add(sentence.lower())
+        kept.append(sentence)
+    if truncated:
+        return " ".join(kept), "unfinished"
+    return text, ""
+
+
+def raw_retrieval(passages: Sequence[dict], k: int = 5) -> str:
+    """r_raw: the first `k` passages (best first) as "title: text" paragraphs.
+
+    >>> raw_retrieval([{"title": "A", "text": "x."}, {"title": "", "text": "y."}, {"title": "C", "text": "z."}], 2)
+    'A: x.\\n\\ny.'
+    """
+    if k < 1:
+        raise ConfigError(f"top-K of the raw retrieval must be >= 1, got {k}")
+    return "\n\n".join(f"{p['title']}: {p['text']}" if p.get("title") else p["text"] for p in passages[:k])
+
+
+def first_tokens(text: str, tokenizer: Any, n: int) -> str:
+    """The first `n` tokens of `text` (by `tokenizer`; whitespace words without one), decoded.
+
+    >>> first_tokens("one two three four", None, 2)
+    'one two'
+    """
+    if n < 1:
+        raise ConfigError(f"the rewrite prefix length l must be >= 1, got {n}")
+    if tokenizer is None:
+        return " ".join(text.split()[:n])
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:n]
+    return tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
+def rewrite_item(record: dict, source: str, round: int) -> dict:
+    """A rewrite item: the question (id, text, answers) and the text this round rewrites."""
+    return {
+        "question_id": str(record["id"]),
+        "question": record["question"],
+        "answers": list(record.get("answers") or []),
+        "round": round,
+        "source": source,
+    }
+
+
+@dataclass
+class RewriteStep:
+    """The `SynthesisStep` of one rewriting round. `demos` = (seed question, seed document) pairs; their hash
+    is part of `version`, so other seeds never reuse cached rewrites."""
+
+    demos: Sequence[tuple[str, str]]
+    temperature: float = 0.0
+    max_tokens: int = 384
+    min_words: int = 10
+    tokenizer: Any = field(default=None, repr=False, compare=False)  # unused; uniform with other steps
+    name: str = field(default="qream_rewrite", init=False)
+
+    def __post_init__(self) -> None:
+        if not self.demos:
+            raise ConfigError("RewriteStep needs at least one (seed question, seed document) demonstration")
+        digest = hashlib.sha256(json.dumps([list(d) for d in self.demos]).encode()).hexdigest()[:12]
+        self.version = f"{PROMPT_VERSION}+demos-{digest}"
+
+    def key(self, item: dict) -> dict:
+        source = hashlib.sha256(item["source"].encode("utf-8")).hexdigest()[:16]
+        return {"question_id": item["question_id"], "round": item["round"], "source_sha256": source}
+
+    def prompt(self, item: dict) -> GenerationRequest:
+        examples = "\n\n".join(f"Question: {q}\nDocument: {d}" for q, d in self.demos)
+        content = (
+            f"{INSTRUCTION}\n\nExamples:\n\n{examples}\n\nNow the question and its retrieved text.\n\n"
+            f"Question: {item['question']}\nRetrieved text:\n{item['source']}\n\nWrite the document."
+        )
+        return GenerationRequest(
+            messages=[{"role": "user", "content": content}],
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+
+    def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
+        """The rewrite, trimmed of loops and an unfinished ending (`trimmed` says which); too short after
+        that: rejected (`truncated` when it hit max_tokens, else `too_short`)."""
+        choice = result.choices[0]
+        cut = choice.finish_reason == "length"
+        text, trimmed = trim_generation(_LABEL.sub("", choice.text.strip()), cut)
+        words = len(text.split())
+        if words < self.min_words:
+            detail = f"{words} words < {self.min_words} after trimming ({trimmed or '-'})"
+            return Rejected("truncated" if cut else "too_short", detail)
+        keep = ("question_id", "question", "answers", "round", "source")
+        return {k: item[k] for k in keep} | {"rewrite": text, "trimmed": trimmed}
