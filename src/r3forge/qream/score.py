@@ -1,0 +1,152 @@
+"""The two QREAM criteria as synthesis steps: utility (a fixed reader answers from the candidate) and
+fidelity (an LLM extracts the candidate's atomic facts; an LLM judges each against r_raw).
+
+    run_step(ReaderStep(), candidates, reader, EngineConfig("runs/qream/reader"))
+    run_step(FactExtractStep(), candidates, extractor, EngineConfig("runs/qream/facts"))
+    run_step(FactJudgeStep(), with_facts, judge, EngineConfig("runs/qream/judge"))   # one request per fact
+
+A candidate item: `question_id`, `question`, `answers`, `round`, `document` (the candidate text) and, for
+the judge, `raw` (r_raw) and `facts`. Reader, extractor and judge may be different models on different
+backends, as the paper notes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from r3forge.backends.base import GenerationRequest, GenerationResult
+from r3forge.qream.select import hard_filter, s_fact, s_perf
+from r3forge.synth.engine import Rejected
+
+READER_VERSION = "qream_reader_v1"
+FACTS_VERSION = "qream_facts_v1"
+JUDGE_VERSION = "qream_fact_judge_v1"
+READER_PROMPT = (
+    "Answer the question using the document. Reply with the answer only: a short phrase, no sentence.\n\n"
+    "Document: {document}\n\nQuestion: {question}"
+)
+FACTS_PROMPT = (
+    "List the atomic facts stated in the text below: short, self-contained sentences, one fact each, one per "
+    "line, each line starting with '- '. Do not add facts the text does not state.\n\nText: {document}"
+)
+JUDGE_PROMPT = (
+    "Reference text:\n{raw}\n\nClaim: {fact}\n\nIs the claim supported by the reference text? Answer with "
+    "one word, yes or no."
+)
+_ANSWER = re.compile(r"^[\s*_#>`]*(?:final\s+)?answer[\s*_]*:[\s*_]*", re.IGNORECASE)
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<fact>.+?)\s*$")
+_VERDICT = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def candidate_key(item: dict) -> dict:
+    """A candidate's identity: question, round and a hash of its text."""
+    return {
+        "question_id": item["question_id"],
+        "round": item["round"],
+        "document_sha256": _sha(item["document"]),
+    }
+
+
+def _chat(content: str, temperature: float, max_tokens: int) -> GenerationRequest:
+    return GenerationRequest(
+        messages=[{"role": "user", "content": content}], temperature=temperature, max_tokens=max_tokens
+    )
+
+
+@dataclass
+class ReaderStep:
+    """Utility: the reader's answer from the candidate, the hard filter and S_perf."""
+
+    max_tokens: int = 32
+    tokenizer: Any = field(default=None, repr=False, compare=False)  # unused; uniform with other steps
+    name: str = field(default="qream_reader", init=False)
+    version: str = field(default=READER_VERSION, init=False)
+
+    def key(self, item: dict) -> dict:
+        return candidate_key(item)
+
+    def prompt(self, item: dict) -> GenerationRequest:
+        return _chat(
+            READER_PROMPT.format(document=item["document"], question=item["question"]), 0.0, self.max_tokens
+        )
+
+    def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
+        lines = [line for line in result.choices[0].text.strip().splitlines() if line.strip()]
+        answer = _ANSWER.sub("", lines[0]).strip(" *_.") if lines else ""
+        if not answer:
+            return Rejected("empty_answer", "the reader gave no answer")
+        golds = list(item["answers"])
+        return {**candidate_key(item), "answer": answer, "passes": hard_filter(answer, golds),
+                "s_perf": s_perf(answer, golds) if golds else 0.0}  # fmt: skip
+
+
+def parse_facts(text: str, max_facts: int) -> list[str]:
+    """Bulleted or numbered lines -> facts (deduplicated, at most `max_facts`).
+
+    >>> parse_facts("Facts:\\n- Paris is in France.\\n2) It has 2 million people.\\n- Paris is in France.", 10)
+    ['Paris is in France.', 'It has 2 million people.']
+    """
+    facts: list[str] = []
+    for line in text.splitlines():
+        m = _BULLET.match(line)
+        if m and m["fact"] not in facts:
+            facts.append(m["fact"])
+    return facts[:max_facts]
+
+
+@dataclass
+class FactExtractStep:
+    """Fidelity, part 1: the candidate's atomic facts."""
+
+    max_facts: int = 20
+    max_tokens: int = 384
+    tokenizer: Any = field(default=None, repr=False, compare=False)
+    name: str = field(default="qream_facts", init=False)
+
+    def __post_init__(self) -> None:
+        self.version = f"{FACTS_VERSION}+max{self.max_facts}"
+
+    def key(self, item: dict) -> dict:
+        return candidate_key(item)
+
+    def prompt(self, item: dict) -> GenerationRequest:
+        return _chat(FACTS_PROMPT.format(document=item["document"]), 0.0, self.max_tokens)
+
+    def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
+        facts = parse_facts(result.choices[0].text, self.max_facts)
+        if not facts:
+            reason = "truncated" if result.choices[0].finish_reason == "length" else "no_facts"
+            return Rejected(reason, "no '- fact' line in the output")
+        return {**candidate_key(item), "facts": facts}
+
+
+@dataclass
+class FactJudgeStep:
+    """Fidelity, part 2: one request per fact ("supported by r_raw?"); S_fact = supported / all facts. A
+    verdict that is neither yes nor no counts as not supported (and is counted in `unclear`)."""
+
+    max_tokens: int = 8
+    tokenizer: Any = field(default=None, repr=False, compare=False)
+    name: str = field(default="qream_fact_judge", init=False)
+    version: str = field(default=JUDGE_VERSION, init=False)
+
+    def key(self, item: dict) -> dict:
+        return candidate_key(item) | {"raw_sha256": _sha(item["raw"]), "facts": list(item["facts"])}
+
+    def prompt(self, item: dict) -> list[GenerationRequest]:
+        return [
+            _chat(JUDGE_PROMPT.format(raw=item["raw"], fact=f), 0.0, self.max_tokens) for f in item["facts"]
+        ]
+
+    def parse(self, item: dict, results: list[GenerationResult]) -> dict | Rejected:
+        verdicts = [_VERDICT.search(r.choices[0].text) for r in results]
+        supported = [bool(v) and v.group(1).lower() == "yes" for v in verdicts]
+        return {**candidate_key(item), "facts": list(item["facts"]), "supported": supported,
+                "unclear": sum(v is None for v in verdicts), "s_fact": s_fact(supported)}  # fmt: skip

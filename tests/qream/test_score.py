@@ -1,0 +1,80 @@
+"""Utility and fidelity steps: parsing of reader answers, fact lists and per-fact verdicts, and a real run
+of the three steps through the engine with the embedded model (one request per fact for the judge)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r3forge.backends import HFLocalBackend, HFLocalConfig
+from r3forge.backends.base import Choice, GenerationResult, Usage
+from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep, candidate_key, parse_facts
+from r3forge.synth import EngineConfig, Rejected, load_accepted, run_step
+
+ITEM = {
+    "question_id": "q1",
+    "question": "Who painted the Mona Lisa?",
+    "answers": ["Leonardo da Vinci"],
+    "round": 1,
+    "document": "The Mona Lisa is a portrait by the Italian artist Leonardo da Vinci, painted in Florence.",
+    "raw": "Mona Lisa: The Mona Lisa is a half-length portrait painting by Leonardo da Vinci.",
+}
+
+
+def result(text: str, finish: str = "stop") -> GenerationResult:
+    return GenerationResult([Choice(text, [], [], [], finish)], Usage())
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "passes"),
+    [
+        ("Leonardo da Vinci", "Leonardo da Vinci", True),
+        ("Answer: **Leonardo da Vinci.**\nHe was Italian.", "Leonardo da Vinci", True),
+        ("Michelangelo", "Michelangelo", False),
+        ("It was painted by leonardo DA vinci", "It was painted by leonardo DA vinci", True),
+    ],
+)
+def test_reader_parse(text: str, answer: str, passes: bool) -> None:
+    out = ReaderStep().parse(ITEM, result(text))
+    assert (out["answer"], out["passes"]) == (answer, passes)
+    assert out["s_perf"] == (1.0 if answer == "Leonardo da Vinci" else out["s_perf"])
+    assert ReaderStep().parse(ITEM, result("  \n")) == Rejected("empty_answer", "the reader gave no answer")
+
+
+def test_fact_parsing_and_judging() -> None:
+    assert parse_facts("- a.\n- b.\n- c.", max_facts=2) == ["a.", "b."]
+    step = FactExtractStep()
+    assert step.parse(ITEM, result("no list here")).reason == "no_facts"
+    assert step.parse(ITEM, result("The painter", "length")).reason == "truncated"
+    judge = FactJudgeStep()
+    item = ITEM | {"facts": ["It is by Leonardo.", "It was painted in Florence.", "It is in Paris."]}
+    requests = judge.prompt(item)
+    assert len(requests) == 3 and "Claim: It was painted in Florence." in requests[1].messages[0]["content"]
+    out = judge.parse(item, [result("Yes."), result("No, it does not say."), result("Maybe")])
+    assert out["supported"] == [True, False, False] and out["unclear"] == 1
+    assert out["s_fact"] == pytest.approx(1 / 3)
+    assert judge.key(item) != judge.key(item | {"raw": "other"})
+    assert candidate_key(ITEM) != candidate_key(ITEM | {"document": "other text"})
+
+
+@pytest.mark.slow
+def test_real_utility_and_fidelity(smollm2_path: Path, tmp_path: Path) -> None:
+    backend = HFLocalBackend.from_config(HFLocalConfig(model=str(smollm2_path)))
+    summary = run_step(ReaderStep(), [ITEM], backend, EngineConfig(str(tmp_path / "reader"), progress=False))
+    assert summary.processed == 1
+    run_step(
+        FactExtractStep(max_tokens=160),
+        [ITEM],
+        backend,
+        EngineConfig(str(tmp_path / "facts"), progress=False),
+    )
+    facts = list(load_accepted(tmp_path / "facts"))
+    assert facts and facts[0]["facts"]
+    item = ITEM | {"facts": facts[0]["facts"]}
+    summary = run_step(
+        FactJudgeStep(), [item], backend, EngineConfig(str(tmp_path / "judge"), progress=False)
+    )
+    assert summary.requests == len(item["facts"])
+    (judged,) = load_accepted(tmp_path / "judge")
+    assert len(judged["supported"]) == len(item["facts"]) and 0.0 <= judged["s_fact"] <= 1.0
