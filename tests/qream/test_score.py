@@ -46,6 +46,10 @@ def test_fact_parsing_and_judging() -> None:
     assert parse_facts("- a.\n- b.\n- c.", max_facts=2) == ["a.", "b."]
     step = FactExtractStep()
     assert step.parse(ITEM, result("no list here")).reason == "no_facts"
+    assert step.parse(ITEM, result("The portrait is by Leonardo. It hangs in Paris."))["facts"] == [
+        "The portrait is by Leonardo.",
+        "It hangs in Paris.",
+    ]
     assert step.parse(ITEM, result("The painter", "length")).reason == "truncated"
     judge = FactJudgeStep()
     item = ITEM | {"facts": ["It is by Leonardo.", "It was painted in Florence.", "It is in Paris."]}

@@ -11,11 +11,13 @@ from r3forge.annotate.report import annotation_report, format_report
 from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
+from r3forge.qream.pipeline import QREAM_CONFIGS, qream_main
 
 SUBCOMMANDS = {
     "verbal": "Teacher comment + 1-5 relevance score per (question, document) pair (cached, resumable).",
     "judge": "A second model approves (or not) each accepted annotation; prints the approval rate.",
     "paraphrase": "The paraphrased-context baseline: the teacher rewrites each document, no commentary.",
+    "qream": "QREAM: stylistic seeds, N rewriting rounds, utility + fidelity scoring, golden rewrites.",
     "report": "Acceptance, reject reasons, score distribution, NDCG@k of teacher scores vs gold relevance.",
     "export-sft": "Accepted annotations -> prompt/completion chat SFT dataset, split by question.",
 }
@@ -38,6 +40,8 @@ def main(argv: list[str]) -> int:
         jobs.judge_main(*parse_config(jobs.JUDGE_CONFIGS, rest, prog=prog))
     elif sub == "paraphrase":
         jobs.paraphrase_main(*parse_config(jobs.PARAPHRASE_CONFIGS, rest, prog=prog))
+    elif sub == "qream":
+        qream_main(*parse_config(QREAM_CONFIGS, rest, prog=prog))
     elif sub == "report":
         (args,) = parse_config((ReportArgs,), rest, prog=prog)
         print(format_report(annotation_report(args.input_dir)))

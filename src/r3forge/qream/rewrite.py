@@ -28,7 +28,23 @@ INSTRUCTION = (
     "focused paragraph that presents the information the question needs. Use only facts stated in the "
     "retrieved text; do not answer beyond it and do not mention the question or the retrieval."
 )
-_LABEL = re.compile(r"^[\s*_#>`]*(?:background\s+)?document[\s*_]*:[\s*_]*", re.IGNORECASE)
+_LABEL = re.compile(r"^[\s*_#>`]*(?:background\s+)?document[\s*_]*:[\s*_]*", re.IGNORECASE | re.MULTILINE)
+_ECHO = re.compile(r"^[\s*_#>`]*(?:question|retrieved text)[\s*_]*:.*$", re.IGNORECASE | re.MULTILINE)
+
+
+def strip_echo(text: str) -> str:
+    """The document part of an output: after the last `Document:` label if there is one, without lines that
+    echo the prompt's `Question:` / `Retrieved text:` fields (small models repeat the prompt's layout).
+
+    >>> strip_echo("Question: Who?\\nDocument: The answer is here.")
+    'The answer is here.'
+    >>> strip_echo("Question: Who?\\nRetrieved text: x\\nA plain paragraph.")
+    'A plain paragraph.'
+    """
+    labels = list(_LABEL.finditer(text))
+    if labels:
+        text = text[labels[-1].end() :]
+    return _ECHO.sub("", text).strip()
 
 
 _SENTENCE = re.compile(r"[^.!?]+[.!?]+(?=\s|$)")
@@ -120,7 +136,7 @@ class RewriteStep:
         examples = "\n\n".join(f"Question: {q}\nDocument: {d}" for q, d in self.demos)
         content = (
             f"{INSTRUCTION}\n\nExamples:\n\n{examples}\n\nNow the question and its retrieved text.\n\n"
-            f"Question: {item['question']}\nRetrieved text:\n{item['source']}\n\nWrite the document."
+            f"Question: {item['question']}\nRetrieved text:\n{item['source']}\n\nWrite the document.\n\nDocument:"
         )
         return GenerationRequest(
             messages=[{"role": "user", "content": content}],
@@ -133,7 +149,7 @@ class RewriteStep:
         that: rejected (`truncated` when it hit max_tokens, else `too_short`)."""
         choice = result.choices[0]
         cut = choice.finish_reason == "length"
-        text, trimmed = trim_generation(_LABEL.sub("", choice.text.strip()), cut)
+        text, trimmed = trim_generation(strip_echo(choice.text), cut)
         words = len(text.split())
         if words < self.min_words:
             detail = f"{words} words < {self.min_words} after trimming ({trimmed or '-'})"

@@ -38,6 +38,7 @@ JUDGE_PROMPT = (
 )
 _ANSWER = re.compile(r"^[\s*_#>`]*(?:final\s+)?answer[\s*_]*:[\s*_]*", re.IGNORECASE)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<fact>.+?)\s*$")
+_SENTENCE = re.compile(r"[^.!?]+[.!?]+(?=\s|$)")
 _VERDICT = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 
 
@@ -88,17 +89,17 @@ class ReaderStep:
 
 
 def parse_facts(text: str, max_facts: int) -> list[str]:
-    """Bulleted or numbered lines -> facts (deduplicated, at most `max_facts`).
+    """Bulleted or numbered lines -> facts (deduplicated, at most `max_facts`). An output without a list
+    (small models often write prose) falls back to its sentences, one fact each, as FactScore splits text.
 
     >>> parse_facts("Facts:\\n- Paris is in France.\\n2) It has 2 million people.\\n- Paris is in France.", 10)
     ['Paris is in France.', 'It has 2 million people.']
+    >>> parse_facts("Paris is in France. It is large.", 10)
+    ['Paris is in France.', 'It is large.']
     """
-    facts: list[str] = []
-    for line in text.splitlines():
-        m = _BULLET.match(line)
-        if m and m["fact"] not in facts:
-            facts.append(m["fact"])
-    return facts[:max_facts]
+    bullets = [m["fact"] for m in map(_BULLET.match, text.splitlines()) if m]
+    lines = bullets or [s.strip() for s in _SENTENCE.findall(" ".join(text.split())) if len(s.split()) >= 3]
+    return list(dict.fromkeys(lines))[:max_facts]
 
 
 @dataclass
@@ -123,7 +124,7 @@ class FactExtractStep:
         facts = parse_facts(result.choices[0].text, self.max_facts)
         if not facts:
             reason = "truncated" if result.choices[0].finish_reason == "length" else "no_facts"
-            return Rejected(reason, "no '- fact' line in the output")
+            return Rejected(reason, "neither '- fact' lines nor complete sentences in the output")
         return {**candidate_key(item), "facts": facts}
 
 

@@ -1,0 +1,278 @@
+"""`r3forge annotate qream`: seeds -> N rewriting rounds -> utility + fidelity scoring -> golden selection.
+
+Every stage runs through the synthesis engine in its own folder under `output_dir` (cached, resumable after
+`kill -9`, progress bar): `seeds/`, `round1/` .. `roundN/`, `reader/`, `facts/`, `fact_judge/`. Then:
+
+    candidates.jsonl   every candidate: round, text, reader answer, hard filter, S_perf, S_fact, S_total,
+                       whether it is the golden one (and, for dropped questions, why)
+    golden.jsonl       one golden rewrite per kept question
+    sft/               prompt/completion DatasetDict (instruction + question + r_raw -> golden rewrite),
+                       train/validation split by question, plus <split>.jsonl
+    report.json, README.md   pass rates per criterion, mean S_perf / S_fact, candidate-round statistics
+
+`--shard i/N` takes the target questions whose id hashes to shard i (all stages of a question stay in one
+shard folder, since round n needs round n-1's output).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import datasets
+
+from r3forge.annotate.export import split_by_question
+from r3forge.annotate.jobs import RunConfig
+from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
+from r3forge.data.loaders import load_qa
+from r3forge.errors import ConfigError
+from r3forge.qream.rewrite import RewriteStep, first_tokens, raw_retrieval, rewrite_item
+from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep
+from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
+from r3forge.qream.select import Candidate, select_golden
+from r3forge.synth.engine import EngineConfig, run_step
+from r3forge.synth.export import load_accepted
+from r3forge.synth.store import ShardSpec
+
+FT_INSTRUCTION = (
+    "Rewrite the retrieved text into a background document for the question: one focused paragraph that "
+    "presents the information the question needs, using only facts stated in the retrieved text."
+)
+
+
+@dataclass
+class QreamConfig:
+    qa_path: str = field(
+        metadata={"help": "Target questions with their retrieved passages (r3forge load_qa)."}
+    )
+    qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
+    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N targets."})
+    seed_qa_path: str = field(
+        default="",
+        metadata={"help": "Questions to draw stylistic seeds from; empty: qa_path (minus targets)."},
+    )
+    num_seeds: int = field(default=4, metadata={"help": "M, the number of stylistic seeds (paper: 4)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the seed-question draw and of the split."})
+    seed_words: int = field(default=100, metadata={"help": "Target length of a seed document (words)."})
+    top_k: int = field(default=5, metadata={"help": "K, passages concatenated into r_raw (paper: 5)."})
+    rounds: int = field(default=3, metadata={"help": "N, rewriting rounds = candidates per question."})
+    prefix_tokens: int = field(
+        default=100, metadata={"help": "l, tokens of round n-1 that round n rewrites."}
+    )
+    selection: Literal["dual", "utility", "fidelity", "none"] = field(
+        default="dual",
+        metadata={"help": "dual (paper), utility / fidelity only, none: the Table 4 ablations."},
+    )
+    max_facts: int = field(default=20, metadata={"help": "Atomic facts judged per candidate at most."})
+    rewrite_max_tokens: int = field(default=384, metadata={"help": "Max new tokens of a rewrite."})
+    temperature: float = field(default=0.0, metadata={"help": "Rewriter temperature (0: greedy)."})
+    validation_fraction: float = field(default=0.1, metadata={"help": "Share of questions held out (SFT)."})
+
+
+@dataclass
+class QreamModelsConfig:
+    reader_model: str = field(default="", metadata={"help": "Fixed reader; empty: the rewriter (`model`)."})
+    reader_backend: str = field(default="", metadata={"help": "Reader backend; empty: the rewriter's."})
+    reader_base_url: str = field(default="", metadata={"help": "Reader API root; empty: the rewriter's."})
+    facts_model: str = field(default="", metadata={"help": "Atomic-fact extractor; empty: the rewriter."})
+    facts_backend: str = field(default="", metadata={"help": "Extractor backend; empty: the rewriter's."})
+    facts_base_url: str = field(default="", metadata={"help": "Extractor API root; empty: the rewriter's."})
+    judge_model: str = field(default="", metadata={"help": "Fact-support judge; empty: the rewriter."})
+    judge_backend: str = field(default="", metadata={"help": "Judge backend; empty: the rewriter's."})
+    judge_base_url: str = field(default="", metadata={"help": "Judge API root; empty: the rewriter's."})
+
+
+QREAM_CONFIGS = (QreamConfig, QreamModelsConfig, TeacherConfig, RunConfig)
+
+
+def role(teacher: TeacherConfig, models: QreamModelsConfig, name: str) -> TeacherConfig:
+    """The teacher config of a role (reader / facts / judge): the rewriter's, with the role's overrides."""
+    model, backend, url = (getattr(models, f"{name}_{k}") for k in ("model", "backend", "base_url"))
+    if not (model or backend or url):
+        return teacher
+    serve = teacher.serve and not url and (backend or teacher.backend) == "openai"
+    return replace(teacher, model=model or teacher.model, backend=backend or teacher.backend,
+                   base_url=url or teacher.base_url, serve=serve)  # fmt: skip
+
+
+def _stage(run: RunConfig, name: str, teacher: Teacher) -> EngineConfig:
+    return EngineConfig(output_dir=str(Path(run.output_dir) / name), model=teacher.model_id,
+                        batch_size=run.batch_size, concurrency=run.concurrency, progress=run.progress)  # fmt: skip
+
+
+def _by_candidate(folder: Path) -> dict[tuple, dict]:
+    return {(r["question_id"], r["round"], r["document_sha256"]): r for r in load_accepted(folder)}
+
+
+def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[dict], rewriter: Teacher,
+                        run: RunConfig) -> list[dict]:  # fmt: skip
+    """Seeds -> demos -> N rounds; returns every accepted rewrite as a candidate item (with r_raw)."""
+    out = Path(run.output_dir)
+    run_step(SeedDocStep(config.seed_words), seeds, rewriter.backend, _stage(run, "seeds", rewriter))
+    demos = [(d["question"], d["document"]) for d in load_accepted(out / "seeds")]
+    if not demos:
+        raise ConfigError(f"{out / 'seeds'}: no seed document was accepted; see its rejected records")
+    step = RewriteStep(demos, config.temperature, config.rewrite_max_tokens)
+    raw = {str(r["id"]): raw_retrieval(r["passages"], config.top_k) for r in targets}
+    by_id = {str(r["id"]): r for r in targets}
+    items, candidates = [rewrite_item(r, raw[str(r["id"])], 1) for r in targets], []
+    for n in range(1, config.rounds + 1):
+        run_step(step, items, rewriter.backend, _stage(run, f"round{n}", rewriter))
+        done = {r["question_id"]: r for r in load_accepted(out / f"round{n}") if r["question_id"] in by_id}
+        candidates += [{**rewrite_item(by_id[q], raw[q], n), "raw": raw[q], "document": r["rewrite"]}
+                       for q, r in done.items()]  # fmt: skip
+        items = [rewrite_item(by_id[q], first_tokens(r["rewrite"], rewriter.tokenizer, config.prefix_tokens), n + 1)
+                 for q, r in done.items()]  # fmt: skip
+    for c in candidates:
+        del c["source"]
+    return candidates
+
+
+def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[str, Teacher],
+                     run: RunConfig) -> list[dict]:  # fmt: skip
+    """Utility (reader) and fidelity (facts, then one judge request per fact) of every candidate."""
+    out = Path(run.output_dir)
+    run_step(ReaderStep(), candidates, roles["reader"].backend, _stage(run, "reader", roles["reader"]))
+    extract = FactExtractStep(config.max_facts)
+    run_step(extract, candidates, roles["facts"].backend, _stage(run, "facts", roles["facts"]))
+    reader, facts = _by_candidate(out / "reader"), _by_candidate(out / "facts")
+    key = ReaderStep().key
+    with_facts = [c | {"facts": facts[tuple(key(c).values())]["facts"]} for c in candidates
+                  if tuple(key(c).values()) in facts]  # fmt: skip
+    run_step(FactJudgeStep(), with_facts, roles["judge"].backend, _stage(run, "fact_judge", roles["judge"]))
+    judged = _by_candidate(out / "fact_judge")
+    rows = []
+    for c in candidates:
+        k = tuple(key(c).values())
+        r, f, j = reader.get(k), facts.get(k), judged.get(k)
+        rows.append({**c, "answer": r["answer"] if r else None, "passes": bool(r and r["passes"]),
+                     "s_perf": r["s_perf"] if r else 0.0, "facts": f["facts"] if f else [],
+                     "supported": j["supported"] if j else [], "s_fact": j["s_fact"] if j else 0.0})  # fmt: skip
+    return rows
+
+
+def select_all(rows: list[dict], mode: str) -> tuple[list[dict], Counter]:
+    """Mark the golden candidate of each question; count dropped questions by reason."""
+    by_q: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_q.setdefault(r["question_id"], []).append(i)
+    dropped: Counter = Counter()
+    for idx in by_q.values():
+        cands = [Candidate(i, rows[i]["round"], rows[i]["document"], rows[i]["passes"], rows[i]["s_perf"],
+                           rows[i]["s_fact"]) for i in idx]  # fmt: skip
+        golden, reason = select_golden(cands, mode)  # type: ignore[arg-type]
+        for i in idx:
+            rows[i] |= {"s_total": (rows[i]["s_perf"] + rows[i]["s_fact"]) / 2,
+                        "golden": golden is not None and golden.index == i, "dropped": reason}  # fmt: skip
+        if golden is None:
+            dropped[reason] += 1
+    return rows, dropped
+
+
+def report(rows: list[dict], targets: int, dropped: Counter, mode: str) -> dict[str, Any]:
+    def mean(xs: list[float]) -> float | None:
+        return round(sum(xs) / len(xs), 4) if xs else None
+
+    golden = [r for r in rows if r["golden"]]
+    rounds = sorted({r["round"] for r in rows})
+    return {
+        "selection": mode,
+        "questions": targets,
+        "questions_with_candidates": len({r["question_id"] for r in rows}),
+        "golden": len(golden),
+        "dropped": dict(dropped) | {"no_candidates": targets - len({r["question_id"] for r in rows})},
+        "candidates": len(rows),
+        "hard_filter_pass_rate": mean([float(r["passes"]) for r in rows]),
+        "mean_s_perf": mean([r["s_perf"] for r in rows]),
+        "mean_s_fact": mean([r["s_fact"] for r in rows]),
+        "mean_s_total": mean([r["s_total"] for r in rows]),
+        "golden_mean_s_perf": mean([r["s_perf"] for r in golden]),
+        "golden_mean_s_fact": mean([r["s_fact"] for r in golden]),
+        "per_round": {
+            str(n): {
+                "candidates": sum(r["round"] == n for r in rows),
+                "pass_rate": mean([float(r["passes"]) for r in rows if r["round"] == n]),
+                "mean_s_fact": mean([r["s_fact"] for r in rows if r["round"] == n]),
+                "golden": sum(r["golden"] and r["round"] == n for r in golden),
+            }
+            for n in rounds
+        },
+    }
+
+
+def write_outputs(rows: list[dict], figures: dict[str, Any], config: QreamConfig, out: Path) -> None:
+    def jsonl(path: Path, records: list[dict]) -> None:
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+
+    jsonl(out / "candidates.jsonl", rows)
+    golden = [r for r in rows if r["golden"]]
+    jsonl(out / "golden.jsonl", golden)
+    sft = [{"prompt": [{"role": "user", "content": f"{FT_INSTRUCTION}\n\nQuestion: {r['question']}\n"
+                                                   f"Retrieved text:\n{r['raw']}"}],
+            "completion": [{"role": "assistant", "content": r["document"]}],
+            "question_id": r["question_id"], "round": r["round"], "s_total": r["s_total"]}
+           for r in golden]  # fmt: skip
+    train, validation = split_by_question(sft, config.validation_fraction, config.seed)
+    splits = {"train": train, "validation": validation}
+    datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items() if v}).save_to_disk(
+        str(out / "sft")
+    )
+    for name, split in splits.items():
+        jsonl(out / "sft" / f"{name}.jsonl", split)
+    (out / "report.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(card(figures), encoding="utf-8")
+
+
+def card(figures: dict[str, Any]) -> str:
+    lines = ["---", "tags:", "- r3forge", "- qream", "- synthetic", "---", "",
+             "# QREAM golden rewrites", "", f"Selection: `{figures['selection']}`.", "",
+             "| | |", "|---|---|"]  # fmt: skip
+    lines += [f"| {k} | {v} |" for k, v in figures.items() if not isinstance(v, dict)]
+    lines += ["", "## Dropped questions", "", *[f"- `{k}`: {v}" for k, v in figures["dropped"].items()]]
+    lines += ["", "## Candidates per round", "", "| round | candidates | pass rate | mean S_fact | golden |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {n} | {s['candidates']} | {s['pass_rate']} | {s['mean_s_fact']} | {s['golden']} |"
+              for n, s in figures["per_round"].items()]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def qream_main(
+    config: QreamConfig, models: QreamModelsConfig, teacher: TeacherConfig, run: RunConfig
+) -> dict:
+    """Run every stage (resuming what is done) and write the golden set, SFT data, report and card."""
+    if config.rounds < 1:
+        raise ConfigError(f"rounds must be >= 1, got {config.rounds}")
+    if run.dry_run:
+        raise ConfigError(
+            "dry_run: not available for qream (each stage's requests depend on the last's output)"
+        )
+    shard = ShardSpec.parse(run.shard)
+    targets = [r for r in list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
+               if shard.owns({"question_id": str(r["id"])})]  # fmt: skip
+    seeds = sample_seeds(
+        load_qa(config.seed_qa_path or config.qa_path), targets, config.num_seeds, config.seed
+    )
+    check_disjoint(seeds, targets)
+    with ExitStack() as stack:
+        opened: dict[tuple, Teacher] = {}
+
+        def get(cfg: TeacherConfig) -> Teacher:
+            ident = (cfg.backend, cfg.model, cfg.base_url, cfg.serve)
+            if ident not in opened:
+                opened[ident] = stack.enter_context(open_teacher(cfg))
+            return opened[ident]
+
+        rewriter = get(teacher)
+        roles = {name: get(role(teacher, models, name)) for name in ("reader", "facts", "judge")}
+        candidates = generate_candidates(config, targets, seeds, rewriter, run)
+        rows = score_candidates(config, candidates, roles, run)
+    rows, dropped = select_all(rows, config.selection)
+    figures = report(rows, len(targets), dropped, config.selection)
+    write_outputs(rows, figures, config, Path(run.output_dir))
+    print(json.dumps(figures), file=sys.stdout)
+    return figures
