@@ -7,6 +7,7 @@ import pytest
 from r3forge.annotate.jobs import JUDGE_CONFIGS, PARAPHRASE_CONFIGS, VERBAL_CONFIGS
 from r3forge.config import parse_config
 from r3forge.demo import DemoConfig
+from r3forge.qream.pipeline import QREAM_CONFIGS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CLASSES = {
@@ -15,6 +16,8 @@ CLASSES = {
     "annotate/verbal_nq_gptoss120b.yaml": VERBAL_CONFIGS,
     "annotate/judge_hotpotqa_cpu.yaml": JUDGE_CONFIGS,
     "annotate/paraphrase_hotpotqa_cpu.yaml": PARAPHRASE_CONFIGS,
+    "annotate/qream_hotpotqa_cpu.yaml": QREAM_CONFIGS,
+    "annotate/qream_llama3_8b.yaml": QREAM_CONFIGS,
 }
 
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import datasets
 
 from r3forge.annotate.export import split_by_question
+from r3forge.annotate.items import open_retriever
 from r3forge.annotate.jobs import RunConfig
 from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
 from r3forge.data.loaders import load_qa
@@ -60,6 +61,12 @@ class QreamConfig:
     seed: int = field(default=0, metadata={"help": "Seed of the seed-question draw and of the split."})
     seed_words: int = field(default=100, metadata={"help": "Target length of a seed document (words)."})
     top_k: int = field(default=5, metadata={"help": "K, passages concatenated into r_raw (paper: 5)."})
+    index: str = field(
+        default="", metadata={"help": "r_raw from this index's top-K; empty: each record's own passages."}
+    )
+    retriever_url: str = field(
+        default="", metadata={"help": "r_raw from a running `r3forge serve retriever` instead of `index`."}
+    )
     rounds: int = field(default=3, metadata={"help": "N, rewriting rounds = candidates per question."})
     prefix_tokens: int = field(
         default=100, metadata={"help": "l, tokens of round n-1 that round n rewrites."}
@@ -109,6 +116,25 @@ def _by_candidate(folder: Path) -> dict[tuple, dict]:
     return {(r["question_id"], r["round"], r["document_sha256"]): r for r in load_accepted(folder)}
 
 
+def raw_retrievals(config: QreamConfig, targets: list[dict]) -> dict[str, str]:
+    """question id -> r_raw: the top-K of the configured retriever, or of the record's own passages (in the
+    record's order: a retriever's ranking in FlashRAG-style retrieval results)."""
+    if not (config.index or config.retriever_url):
+        return {str(r["id"]): raw_retrieval(r["passages"], config.top_k) for r in targets}
+    retriever = open_retriever(config.index, config.retriever_url)
+    try:
+        hits = retriever.search([r["question"] for r in targets], config.top_k)
+        docs = {
+            str(d["id"]): d for d in retriever.get(list(dict.fromkeys(p for row in hits for p, _ in row)))
+        }
+    finally:
+        getattr(retriever, "close", lambda: None)()
+    return {
+        str(r["id"]): raw_retrieval([docs[str(p)] for p, _ in row], config.top_k)
+        for r, row in zip(targets, hits, strict=True)
+    }
+
+
 def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[dict], rewriter: Teacher,
                         run: RunConfig) -> list[dict]:  # fmt: skip
     """Seeds -> demos -> N rounds; returns every accepted rewrite as a candidate item (with r_raw)."""
@@ -118,7 +144,7 @@ def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[di
     if not demos:
         raise ConfigError(f"{out / 'seeds'}: no seed document was accepted; see its rejected records")
     step = RewriteStep(demos, config.temperature, config.rewrite_max_tokens)
-    raw = {str(r["id"]): raw_retrieval(r["passages"], config.top_k) for r in targets}
+    raw = raw_retrievals(config, targets)
     by_id = {str(r["id"]): r for r in targets}
     items, candidates = [rewrite_item(r, raw[str(r["id"])], 1) for r in targets], []
     for n in range(1, config.rounds + 1):
