@@ -56,6 +56,8 @@ def test_pipeline_outputs(qream_run, capsys) -> None:
     assert len(sft) == len(golden)
     assert all("Retrieved text:" in s["prompt"][0]["content"] for s in sft)
     assert "# QREAM golden rewrites" in (out / "README.md").read_text()
+    assert report["s_orient_raw"] < 0 and report["s_orient_candidates"] < 0  # mean log-probabilities
+    assert all(r["s_orient"] < 0 for r in rows)
 
 
 def test_rerun_resumes_with_the_same_outputs(qream_run, capsys) -> None:

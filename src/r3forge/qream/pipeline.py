@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import datasets
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.annotate.export import split_by_question
 from r3forge.annotate.items import open_retriever
@@ -32,6 +34,8 @@ from r3forge.annotate.jobs import RunConfig
 from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
+from r3forge.metrics.orientation import r_inc, s_orient
+from r3forge.models import resolve_model
 from r3forge.qream.rewrite import RewriteStep, first_tokens, raw_retrieval, rewrite_item
 from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
@@ -79,6 +83,10 @@ class QreamConfig:
     rewrite_max_tokens: int = field(default=384, metadata={"help": "Max new tokens of a rewrite."})
     temperature: float = field(default=0.0, metadata={"help": "Rewriter temperature (0: greedy)."})
     validation_fraction: float = field(default=0.1, metadata={"help": "Share of questions held out (SFT)."})
+    orient_model: str = field(
+        default="smollm2-135m-instruct",
+        metadata={"help": "Fixed LM scoring s_orient of r_raw, candidates and golden rewrites; empty: skip."},
+    )
 
 
 @dataclass
@@ -200,6 +208,35 @@ def select_all(rows: list[dict], mode: str) -> tuple[list[dict], Counter]:
     return rows, dropped
 
 
+def add_orientation(rows: list[dict], model_name: str, batch_size: int = 8) -> dict[str, float | None]:
+    """s_orient (mean log P(q | d) per question token, under `model_name`) of every candidate (`rows`
+    gain `s_orient`) and of each question's r_raw; mean r_inc (1 - S_fact over candidates with facts).
+    Returns the means for raw, all candidates and golden rewrites."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    path = resolve_model(model_name)
+    model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    raw = {r["question_id"]: (r["raw"], r["question"]) for r in rows}
+    raw_scores = s_orient(model, tokenizer, [d for d, _ in raw.values()], [q for _, q in raw.values()],
+                          batch_size=batch_size)  # fmt: skip
+    scores = s_orient(model, tokenizer, [r["document"] for r in rows], [r["question"] for r in rows],
+                      batch_size=batch_size)  # fmt: skip
+    for r, score in zip(rows, scores, strict=True):
+        r["s_orient"] = score
+
+    def mean(xs: list[float]) -> float | None:
+        return round(sum(xs) / len(xs), 4) if xs else None
+
+    golden = [r for r in rows if r["golden"]]
+    return {
+        "s_orient_raw": mean(raw_scores),
+        "s_orient_candidates": mean(scores),
+        "s_orient_golden": mean([r["s_orient"] for r in golden]),
+        "r_inc_candidates": mean([r_inc(r["supported"]) for r in rows if r["facts"]]),
+        "r_inc_golden": mean([r_inc(r["supported"]) for r in golden if r["facts"]]),
+    }
+
+
 def report(rows: list[dict], targets: int, dropped: Counter, mode: str) -> dict[str, Any]:
     def mean(xs: list[float]) -> float | None:
         return round(sum(xs) / len(xs), 4) if xs else None
@@ -299,6 +336,8 @@ def qream_main(
         rows = score_candidates(config, candidates, roles, run)
     rows, dropped = select_all(rows, config.selection)
     figures = report(rows, len(targets), dropped, config.selection)
+    if config.orient_model and rows:
+        figures |= add_orientation(rows, config.orient_model)
     write_outputs(rows, figures, config, Path(run.output_dir))
     print(json.dumps(figures), file=sys.stdout)
     return figures
