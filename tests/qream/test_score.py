@@ -42,6 +42,13 @@ def test_reader_parse(text: str, answer: str, passes: bool) -> None:
     assert ReaderStep().parse(ITEM, result("  \n")) == Rejected("empty_answer", "the reader gave no answer")
 
 
+def test_reader_few_shot_prompt() -> None:
+    plain, shots = ReaderStep().prompt(ITEM), ReaderStep(few_shot=True).prompt(ITEM)
+    assert len(plain.messages) == 1 and len(shots.messages) == 5
+    assert [m["role"] for m in shots.messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert shots.messages[-1] == plain.messages[0] and ReaderStep(few_shot=True).version.endswith("+fs")
+
+
 def test_fact_parsing_and_judging() -> None:
     assert parse_facts("- a.\n- b.\n- c.", max_facts=2) == ["a.", "b."]
     step = FactExtractStep()

@@ -79,6 +79,9 @@ class QreamConfig:
         default="dual",
         metadata={"help": "dual (paper), utility / fidelity only, none: the Table 4 ablations."},
     )
+    reader_few_shot: bool = field(
+        default=False, metadata={"help": "Show the reader two short-answer demos first (small readers)."}
+    )
     max_facts: int = field(default=20, metadata={"help": "Atomic facts judged per candidate at most."})
     rewrite_max_tokens: int = field(default=384, metadata={"help": "Max new tokens of a rewrite."})
     temperature: float = field(default=0.0, metadata={"help": "Rewriter temperature (0: greedy)."})
@@ -171,7 +174,8 @@ def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[st
                      run: RunConfig) -> list[dict]:  # fmt: skip
     """Utility (reader) and fidelity (facts, then one judge request per fact) of every candidate."""
     out = Path(run.output_dir)
-    run_step(ReaderStep(), candidates, roles["reader"].backend, _stage(run, "reader", roles["reader"]))
+    reader_step = ReaderStep(few_shot=config.reader_few_shot)
+    run_step(reader_step, candidates, roles["reader"].backend, _stage(run, "reader", roles["reader"]))
     extract = FactExtractStep(config.max_facts)
     run_step(extract, candidates, roles["facts"].backend, _stage(run, "facts", roles["facts"]))
     reader, facts = _by_candidate(out / "reader"), _by_candidate(out / "facts")

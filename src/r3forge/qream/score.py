@@ -28,6 +28,12 @@ READER_PROMPT = (
     "Answer the question using the document. Reply with the answer only: a short phrase, no sentence.\n\n"
     "Document: {document}\n\nQuestion: {question}"
 )
+# reader demos ((document, question), answer): with `few_shot`, earlier chat turns that show the short-answer form
+READER_DEMOS = (
+    (("The Eiffel Tower was completed in 1889 for the World's Fair in Paris.", "When was the Eiffel Tower completed?"),
+     "1889"),
+    (("Hamlet is a tragedy by William Shakespeare, set in Denmark.", "Who wrote Hamlet?"), "William Shakespeare"),
+)  # fmt: skip
 FACTS_PROMPT = (
     "List the atomic facts stated in the text below: short, self-contained sentences, one fact each, one per "
     "line, each line starting with '- '. Do not add facts the text does not state.\n\nText: {document}"
@@ -66,17 +72,26 @@ class ReaderStep:
     """Utility: the reader's answer from the candidate, the hard filter and S_perf."""
 
     max_tokens: int = 32
+    few_shot: bool = False
     tokenizer: Any = field(default=None, repr=False, compare=False)  # unused; uniform with other steps
     name: str = field(default="qream_reader", init=False)
-    version: str = field(default=READER_VERSION, init=False)
+
+    def __post_init__(self) -> None:
+        self.version = READER_VERSION + ("+fs" if self.few_shot else "")
 
     def key(self, item: dict) -> dict:
         return candidate_key(item)
 
     def prompt(self, item: dict) -> GenerationRequest:
-        return _chat(
-            READER_PROMPT.format(document=item["document"], question=item["question"]), 0.0, self.max_tokens
-        )
+        """One user turn (after the two `READER_DEMOS` turns with `few_shot`: small readers then answer with a
+        short phrase instead of a sentence)."""
+        turns = []
+        for (document, question), answer in READER_DEMOS if self.few_shot else ():
+            turns += [{"role": "user", "content": READER_PROMPT.format(document=document, question=question)},
+                      {"role": "assistant", "content": answer}]  # fmt: skip
+        content = READER_PROMPT.format(document=item["document"], question=item["question"])
+        return GenerationRequest(messages=[*turns, {"role": "user", "content": content}], temperature=0.0,
+                                 max_tokens=self.max_tokens)  # fmt: skip
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
         lines = [line for line in result.choices[0].text.strip().splitlines() if line.strip()]
