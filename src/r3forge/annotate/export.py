@@ -55,12 +55,17 @@ class ExportSFTConfig:
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
+def chat_prompt(user: str, system_prompt: str = "") -> list[dict[str, str]]:
+    """[system?, user] messages of an SFT prompt."""
+    return ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": user}
+    ]
+
+
 def sft_row(record: dict[str, Any], template: str, system_prompt: str = "") -> dict[str, Any]:
     """One accepted annotation (flat: question, doc_*, comment, score) -> a prompt/completion row."""
     user = render(template, record["question"], record["doc_title"], record["doc_text"])
-    prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-        {"role": "user", "content": user}
-    ]
+    prompt = chat_prompt(user, system_prompt)
     completion = [{"role": "assistant", "content": completion_text(record["comment"], int(record["score"]))}]
     return {
         "prompt": prompt,
@@ -75,9 +80,7 @@ def sft_row(record: dict[str, Any], template: str, system_prompt: str = "") -> d
 def paraphrase_row(record: dict[str, Any], template: str, system_prompt: str = "") -> dict[str, Any]:
     """One accepted paraphrase (doc_*, paraphrase) -> a prompt/completion row (the ablation's student)."""
     user = templates.fill(template, {"title": record["doc_title"], "document": record["doc_text"]})
-    prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-        {"role": "user", "content": user}
-    ]
+    prompt = chat_prompt(user, system_prompt)
     completion = [{"role": "assistant", "content": f"Paraphrase: {record['paraphrase']}"}]
     # split and dedup by document: a paraphrase does not depend on the question
     return {"prompt": prompt, "completion": completion, "question_id": str(record["doc_id"]),

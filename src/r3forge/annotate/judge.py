@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r3forge.annotate import templates
-from r3forge.annotate.verbal import score_token_index
+from r3forge.annotate.verbal import chat_request, score_token_index, token_decoder
 from r3forge.backends.base import GenerationRequest, GenerationResult
-from r3forge.errors import ConfigError
 from r3forge.synth.engine import Rejected
 from r3forge.synth.export import load_accepted
 
@@ -116,18 +115,10 @@ class JudgeStep:
             ]
         fields = ("question", "doc_title", "doc_text", "comment", "score")
         turns.append({"role": "user", "content": self.render(*(item[k] for k in fields))})
-        chat: dict[str, Any] = {"messages": turns}
-        if self.prefill:
-            if self.tokenizer is None:
-                raise ConfigError("JudgeStep: prefill needs a tokenizer (for its chat template)")
-            text = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
-            chat = {"prompt": text + self.prefill}
-        return GenerationRequest(
-            **chat,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            top_logprobs=self.top_logprobs,
-        )
+        return chat_request(
+            turns, self.prefill, self.tokenizer, "JudgeStep",
+            temperature=self.temperature, max_tokens=self.max_tokens, top_logprobs=self.top_logprobs,
+        )  # fmt: skip
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
         choice = result.choices[0]
@@ -138,12 +129,7 @@ class JudgeStep:
             return parsed
         approved, reason, offset = parsed
         offset -= len(self.prefill)
-        decode = None
-        if self.tokenizer is not None:
-
-            def decode(ids: list[int]) -> str:
-                return self.tokenizer.decode(ids, skip_special_tokens=True)
-
+        decode = token_decoder(self.tokenizer)
         t = score_token_index(choice, offset, decode)
         return {
             "question_id": item["question_id"],

@@ -184,6 +184,26 @@ def score_logprobs(
     return out
 
 
+def token_decoder(tokenizer: Any) -> Callable[[list[int]], str] | None:
+    """`ids -> text` with `tokenizer` (special tokens skipped), or None without one."""
+    if tokenizer is None:
+        return None
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def chat_request(
+    messages: list[dict[str, str]], prefill: str, tokenizer: Any, owner: str, **sampling: Any
+) -> GenerationRequest:
+    """A chat request; with `prefill`, a raw prompt instead: the chat template applied by `tokenizer`, then
+    the prefill, which starts the assistant's answer (small models then keep the format)."""
+    if not prefill:
+        return GenerationRequest(messages=messages, **sampling)
+    if tokenizer is None:
+        raise ConfigError(f"{owner}: prefill needs a tokenizer (for its chat template)")
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return GenerationRequest(prompt=text + prefill, **sampling)
+
+
 @dataclass(frozen=True)
 class Checks:
     """Validation thresholds of `parse` (part of the step's `version`)."""
@@ -223,9 +243,6 @@ class VerbalAnnotationStep:
         self.template, self.prompt_version = load_template(self.template_path)
         self.version = f"{self.prompt_version}{'+fs' if self.few_shot else ''}+{self.checks.tag}"
 
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
     def key(self, item: dict) -> dict:
         return {"question_id": item["question_id"], "doc_id": item["doc_id"]}
 
@@ -239,20 +256,10 @@ class VerbalAnnotationStep:
         return [*turns, {"role": "user", "content": content}]
 
     def prompt(self, item: dict) -> GenerationRequest:
-        chat: dict[str, Any] = {"messages": self.messages(item)}
-        if self.prefill:
-            if self.tokenizer is None:
-                raise ConfigError("VerbalAnnotationStep: prefill needs a tokenizer (for its chat template)")
-            text = self.tokenizer.apply_chat_template(
-                chat["messages"], add_generation_prompt=True, tokenize=False
-            )
-            chat = {"prompt": text + self.prefill}
-        return GenerationRequest(
-            **chat,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            top_logprobs=self.top_logprobs,
-        )
+        return chat_request(
+            self.messages(item), self.prefill, self.tokenizer, "VerbalAnnotationStep",
+            temperature=self.temperature, max_tokens=self.max_tokens, top_logprobs=self.top_logprobs,
+        )  # fmt: skip
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
         choice = result.choices[0]
@@ -266,7 +273,7 @@ class VerbalAnnotationStep:
         )
         if copied is not None:
             return copied
-        decode = self.decode if self.tokenizer is not None else None
+        decode = token_decoder(self.tokenizer)
         t = score_token_index(choice, parsed.score_offset - len(self.prefill), decode)
         return {
             **item,

@@ -37,7 +37,7 @@ from r3forge.errors import ConfigError
 from r3forge.metrics.orientation import r_inc, s_orient
 from r3forge.models import resolve_model
 from r3forge.qream.rewrite import RewriteStep, first_tokens, raw_retrieval, rewrite_item
-from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep
+from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep, candidate_key
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
 from r3forge.qream.select import Candidate, select_golden
 from r3forge.synth.engine import EngineConfig, run_step
@@ -127,6 +127,15 @@ def _by_candidate(folder: Path) -> dict[tuple, dict]:
     return {(r["question_id"], r["round"], r["document_sha256"]): r for r in load_accepted(folder)}
 
 
+def _ckey(item: dict) -> tuple:
+    """The `_by_candidate` lookup key of a candidate item."""
+    return tuple(candidate_key(item).values())
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
 def raw_retrievals(config: QreamConfig, targets: list[dict]) -> dict[str, str]:
     """question id -> r_raw: the top-K of the configured retriever, or of the record's own passages (in the
     record's order: a retriever's ranking in FlashRAG-style retrieval results)."""
@@ -179,15 +188,12 @@ def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[st
     extract = FactExtractStep(config.max_facts)
     run_step(extract, candidates, roles["facts"].backend, _stage(run, "facts", roles["facts"]))
     reader, facts = _by_candidate(out / "reader"), _by_candidate(out / "facts")
-    key = ReaderStep().key
-    with_facts = [c | {"facts": facts[tuple(key(c).values())]["facts"]} for c in candidates
-                  if tuple(key(c).values()) in facts]  # fmt: skip
+    with_facts = [c | {"facts": facts[_ckey(c)]["facts"]} for c in candidates if _ckey(c) in facts]
     run_step(FactJudgeStep(), with_facts, roles["judge"].backend, _stage(run, "fact_judge", roles["judge"]))
     judged = _by_candidate(out / "fact_judge")
     rows = []
     for c in candidates:
-        k = tuple(key(c).values())
-        r, f, j = reader.get(k), facts.get(k), judged.get(k)
+        r, f, j = reader.get(_ckey(c)), facts.get(_ckey(c)), judged.get(_ckey(c))
         rows.append({**c, "answer": r["answer"] if r else None, "passes": bool(r and r["passes"]),
                      "s_perf": r["s_perf"] if r else 0.0, "facts": f["facts"] if f else [],
                      "supported": j["supported"] if j else [], "s_fact": j["s_fact"] if j else 0.0})  # fmt: skip
@@ -228,23 +234,17 @@ def add_orientation(rows: list[dict], model_name: str, batch_size: int = 8) -> d
     for r, score in zip(rows, scores, strict=True):
         r["s_orient"] = score
 
-    def mean(xs: list[float]) -> float | None:
-        return round(sum(xs) / len(xs), 4) if xs else None
-
     golden = [r for r in rows if r["golden"]]
     return {
-        "s_orient_raw": mean(raw_scores),
-        "s_orient_candidates": mean(scores),
-        "s_orient_golden": mean([r["s_orient"] for r in golden]),
-        "r_inc_candidates": mean([r_inc(r["supported"]) for r in rows if r["facts"]]),
-        "r_inc_golden": mean([r_inc(r["supported"]) for r in golden if r["facts"]]),
+        "s_orient_raw": _mean(raw_scores),
+        "s_orient_candidates": _mean(scores),
+        "s_orient_golden": _mean([r["s_orient"] for r in golden]),
+        "r_inc_candidates": _mean([r_inc(r["supported"]) for r in rows if r["facts"]]),
+        "r_inc_golden": _mean([r_inc(r["supported"]) for r in golden if r["facts"]]),
     }
 
 
 def report(rows: list[dict], targets: int, dropped: Counter, mode: str) -> dict[str, Any]:
-    def mean(xs: list[float]) -> float | None:
-        return round(sum(xs) / len(xs), 4) if xs else None
-
     golden = [r for r in rows if r["golden"]]
     rounds = sorted({r["round"] for r in rows})
     return {
@@ -254,17 +254,17 @@ def report(rows: list[dict], targets: int, dropped: Counter, mode: str) -> dict[
         "golden": len(golden),
         "dropped": dict(dropped) | {"no_candidates": targets - len({r["question_id"] for r in rows})},
         "candidates": len(rows),
-        "hard_filter_pass_rate": mean([float(r["passes"]) for r in rows]),
-        "mean_s_perf": mean([r["s_perf"] for r in rows]),
-        "mean_s_fact": mean([r["s_fact"] for r in rows]),
-        "mean_s_total": mean([r["s_total"] for r in rows]),
-        "golden_mean_s_perf": mean([r["s_perf"] for r in golden]),
-        "golden_mean_s_fact": mean([r["s_fact"] for r in golden]),
+        "hard_filter_pass_rate": _mean([float(r["passes"]) for r in rows]),
+        "mean_s_perf": _mean([r["s_perf"] for r in rows]),
+        "mean_s_fact": _mean([r["s_fact"] for r in rows]),
+        "mean_s_total": _mean([r["s_total"] for r in rows]),
+        "golden_mean_s_perf": _mean([r["s_perf"] for r in golden]),
+        "golden_mean_s_fact": _mean([r["s_fact"] for r in golden]),
         "per_round": {
             str(n): {
                 "candidates": sum(r["round"] == n for r in rows),
-                "pass_rate": mean([float(r["passes"]) for r in rows if r["round"] == n]),
-                "mean_s_fact": mean([r["s_fact"] for r in rows if r["round"] == n]),
+                "pass_rate": _mean([float(r["passes"]) for r in rows if r["round"] == n]),
+                "mean_s_fact": _mean([r["s_fact"] for r in rows if r["round"] == n]),
                 "golden": sum(r["golden"] and r["round"] == n for r in golden),
             }
             for n in rounds
