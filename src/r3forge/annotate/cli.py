@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 
 from r3forge.annotate import jobs
 from r3forge.annotate.export import ExportSFTConfig, export_sft
 from r3forge.annotate.report import annotation_report, format_report
+from r3forge.annotate.rules import RulesConfig, rules_main
 from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
@@ -19,6 +21,7 @@ SUBCOMMANDS = {
     "paraphrase": "The paraphrased-context baseline: the teacher rewrites each document, no commentary.",
     "qream": "QREAM: stylistic seeds, N rewriting rounds, utility + fidelity scoring, golden rewrites.",
     "report": "Acceptance, reject reasons, score distribution, NDCG@k of teacher scores vs gold relevance.",
+    "rules": "Rule-labelled annotations from gold supporting facts (HotpotQA) as an SFT dataset.",
     "export-sft": "Accepted annotations -> prompt/completion chat SFT dataset, split by question.",
 }
 
@@ -45,6 +48,9 @@ def main(argv: list[str]) -> int:
     elif sub == "report":
         (args,) = parse_config((ReportArgs,), rest, prog=prog)
         print(format_report(annotation_report(args.input_dir)))
+    elif sub == "rules":
+        (cfg,) = parse_config((RulesConfig,), rest, prog=prog)
+        print(json.dumps(rules_main(cfg)))
     elif sub == "export-sft":
         (cfg,) = parse_config((ExportSFTConfig,), rest, prog=prog)
         export_sft(cfg)

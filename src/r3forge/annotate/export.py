@@ -74,6 +74,7 @@ def sft_row(record: dict[str, Any], template: str, system_prompt: str = "") -> d
         "doc_id": str(record["doc_id"]),
         "score": int(record["score"]),
         "score_logprob": record.get("score_logprob"),
+        "relevance": record.get("relevance"),  # gold label where the pairs have one (NDCG of the student)
     }
 
 

@@ -1,0 +1,150 @@
+"""Rule-labelled verbal annotations from gold evidence: a deterministic "teacher" for SFT development.
+
+Where a dataset marks supporting facts (HotpotQA), every (question, own passage) pair gets a comment and a
+1-5 score by a fixed rule, in exactly the format and prompt of the teacher annotations (`annotate verbal`),
+so `r3forge sft` trains on it unchanged. It gives students a graded, evidence-citing target while a real
+teacher is out of reach (the embedded 135M teacher scores nearly everything 1). The rule, per passage:
+
+    5  gold passage that contains the answer      It states that "<its supporting sentence>", which answers ...
+    4  gold passage without the answer            It states that "<its supporting sentence>", a fact the ...
+    3  distractor that contains the answer string It mentions "<answer>", but not in the sense the question ...
+    2  distractor with >= half the question's     It is about <title> and mentions <words>, but says nothing ...
+       content words (title + text)
+    1  any other distractor                        It is about <title>, which the question does not concern.
+
+Yes/no answers are never matched as strings. Gold relevance (0/1/2) is kept for NDCG.
+
+    r3forge annotate rules --qa_path ../shared/data/hotpotqa/rpt_distractor_dev_sample_train.jsonl \\
+        --output_dir runs/annotate/rules_hotpotqa_sft
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from r3forge.annotate.export import ExportSFTConfig, build_sft
+from r3forge.annotate.verbal import load_template
+from r3forge.data.loaders import load_qa
+from r3forge.errors import ConfigError
+from r3forge.metrics.qa import answer_in_text, normalize_answer
+
+RULE_VERSION = "rule_labels_v1"
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+_STOP_TEXT = (
+    "what which who whom whose when where why how is are was were be been did does do of in on at to for from by "
+    "with and or as that this these those it its his her their he she they the a an also has have had not than "
+    "then into about after before over under"
+)
+_STOP = frozenset(_STOP_TEXT.split())
+
+
+@dataclass
+class RulesConfig:
+    qa_path: str = field(metadata={"help": "QA records whose passages carry gold relevance (HotpotQA)."})
+    output_dir: str = field(
+        metadata={"help": "Folder for the SFT DatasetDict (save_to_disk) and <split>.jsonl."}
+    )
+    qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
+    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
+    validation_fraction: float = field(default=0.1, metadata={"help": "Share of questions held out."})
+    seed: int = field(default=0, metadata={"help": "Seed of the question split and of the rebalancing."})
+    max_per_score: int | None = field(default=None, metadata={"help": "Cap each score class at N rows."})
+    system_prompt: str = field(default="", metadata={"help": "Optional system message of every prompt."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+
+
+def sentences(text: str) -> list[str]:
+    """A passage split into sentences (HotpotQA passages are their sentences joined).
+
+    >>> sentences("Paris is big. It is in France. 3 km wide.")
+    ['Paris is big.', 'It is in France.', '3 km wide.']
+    """
+    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
+
+
+def _content(text: str) -> list[str]:
+    return [t for t in normalize_answer(text).split() if t not in _STOP and len(t) > 2]
+
+
+def _quote(sentence: str, words: int = 30) -> str:
+    tokens = sentence.rstrip(".").split()
+    return " ".join(tokens[:words]) + (" ..." if len(tokens) > words else "")
+
+
+def rule_label(record: dict, passage: dict) -> tuple[int, str]:
+    """(score, comment) of one (question record, own passage) by the module's rule.
+
+    >>> rec = {"question": "Which city hosts the Louvre museum?", "answers": ["Paris"],
+    ...        "supporting_facts": [{"title": "Louvre", "sent_id": 1}]}
+    >>> rule_label(rec, {"title": "Louvre", "text": "It is a museum. The Louvre is in Paris.", "relevance": 2})
+    (5, 'It states that "The Louvre is in Paris", which answers the question directly.')
+    >>> rule_label(rec, {"title": "Nice", "text": "Nice is a city with a museum.", "relevance": 0})[0]
+    2
+    """
+    answers = [a for a in record.get("answers") or [] if normalize_answer(a) not in ("", "yes", "no")]
+    has_answer = bool(answers) and answer_in_text(answers, passage["text"])
+    if passage["relevance"] > 0:
+        split = sentences(passage["text"]) or [passage["text"]]
+        ids = [f["sent_id"] for f in record.get("supporting_facts") or [] if f["title"] == passage["title"]]
+        sentence = split[ids[0]] if ids and 0 <= ids[0] < len(split) else split[0]
+        if has_answer or passage["relevance"] >= 2:
+            return 5, f'It states that "{_quote(sentence)}", which answers the question directly.'
+        return (
+            4,
+            f'It states that "{_quote(sentence)}", a fact the question needs, but not the answer itself.',
+        )
+    if has_answer:
+        return 3, f'It mentions "{answers[0]}", but not in the sense the question asks about.'
+    question = set(_content(record["question"]))
+    shared = list(
+        dict.fromkeys(t for t in _content(passage["title"] + " " + passage["text"]) if t in question)
+    )
+    if question and len(shared) >= len(question) / 2:
+        return (
+            2,
+            f"It is about {passage['title']} and mentions {', '.join(shared[:3])}, but says nothing the question needs.",
+        )
+    return 1, f"It is about {passage['title']}, which the question does not concern."
+
+
+def rule_annotations(records: Iterable[dict]) -> Iterator[dict[str, Any]]:
+    """Flat annotation records (the shape `export_sft` reads from a teacher run) for every own passage."""
+    for record in records:
+        if not record.get("passages"):
+            raise ConfigError(f"question {record['id']}: no passages to label (rules need the own passages)")
+        if all(p["relevance"] < 0 for p in record["passages"]):
+            raise ConfigError(f"question {record['id']}: passages without gold relevance; rules need it")
+        for passage in record["passages"]:
+            score, comment = rule_label(record, passage)
+            yield {"question_id": str(record["id"]), "question": record["question"], "doc_id": passage["id"],
+                   "doc_title": passage["title"], "doc_text": passage["text"], "comment": comment,
+                   "score": score, "score_logprob": None, "relevance": passage["relevance"]}  # fmt: skip
+
+
+def rules_main(config: RulesConfig) -> dict[str, int]:
+    """Label, split by question and write the SFT DatasetDict; returns rows per split and per score."""
+    out = Path(config.output_dir)
+    if out.exists() and any(out.iterdir()) and not config.overwrite:
+        raise ConfigError(f"{out}: exists and is not empty; pass --overwrite or choose another folder")
+    records = list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
+    export = ExportSFTConfig(input_dir=config.qa_path, output_dir=str(out), system_prompt=config.system_prompt,
+                             validation_fraction=config.validation_fraction, seed=config.seed,
+                             max_per_score=config.max_per_score)  # fmt: skip
+    template, _ = load_template(None)
+    dsd = build_sft(rule_annotations(records), export, template)
+    dsd.save_to_disk(str(out))
+    counts: dict[str, int] = {}
+    for name, split in dsd.items():
+        counts[name] = len(split)
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            for row in split:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for s in split["score"]:
+            counts[f"score_{s}"] = counts.get(f"score_{s}", 0) + 1
+    (out / "labels.json").write_text(json.dumps({"rule": RULE_VERSION, **counts}, indent=1) + "\n")
+    return counts

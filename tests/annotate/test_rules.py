@@ -1,0 +1,84 @@
+"""Rule labels from gold evidence: each score level, yes/no answers, input errors, and a real HotpotQA
+export whose rows use the teacher's prompt and parse with the teacher's parser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+
+from r3forge.annotate.cli import main as annotate_cli
+from r3forge.annotate.rules import rule_annotations, rule_label, sentences
+from r3forge.annotate.verbal import load_template, parse_annotation, render
+from r3forge.data.loaders import load_qa
+from r3forge.errors import ConfigError
+
+RECORD = {
+    "id": "q1",
+    "question": "Which river flows through the capital city of Austria?",
+    "answers": ["Danube"],
+    "supporting_facts": [{"title": "Vienna", "sent_id": 1}, {"title": "Austria", "sent_id": 0}],
+}
+
+
+@pytest.mark.parametrize(
+    ("passage", "score", "quoted"),
+    [
+        ({"title": "Vienna", "text": "Vienna is old. The Danube flows through Vienna. It is big.", "relevance": 2},
+         5, "The Danube flows through Vienna"),
+        ({"title": "Austria", "text": "Vienna is the capital of Austria. It has lakes.", "relevance": 1},
+         4, "Vienna is the capital of Austria"),
+        ({"title": "Budapest", "text": "The Danube also flows through Budapest.", "relevance": 0}, 3, "Danube"),
+        ({"title": "Capital city", "text": "A capital city of a country hosts its river authority.",
+          "relevance": 0}, 2, "capital"),
+        ({"title": "Tennis", "text": "Tennis is a racket sport.", "relevance": 0}, 1, "Tennis"),
+    ],
+)  # fmt: skip
+def test_each_level(passage: dict, score: int, quoted: str) -> None:
+    got, comment = rule_label(RECORD, passage)
+    assert got == score and quoted in comment
+    parsed = parse_annotation(f"Comment: {comment}\nScore: {got}")
+    assert parsed.score == score  # the target parses with the teacher's own parser
+
+
+def test_yes_no_answers_are_not_matched_as_strings() -> None:
+    record = RECORD | {"answers": ["yes"]}
+    passage = {"title": "Yes", "text": "Yes is a rock band; yes.", "relevance": 0}
+    assert rule_label(record, passage)[0] == 1
+    gold = {"title": "Vienna", "text": "Vienna is old. The Danube flows through Vienna.", "relevance": 1}
+    assert rule_label(record, gold)[0] == 4  # gold, but "yes" is not a string it can contain
+
+
+def test_sentences_and_errors() -> None:
+    assert sentences("A b. C d! E f? 1990 was it.") == ["A b.", "C d!", "E f?", "1990 was it."]
+    with pytest.raises(ConfigError, match="q1: no passages"):
+        list(rule_annotations([RECORD | {"passages": []}]))
+    unknown = [{"id": "p", "title": "t", "text": "x", "relevance": -1}]
+    with pytest.raises(ConfigError, match="gold relevance"):
+        list(rule_annotations([RECORD | {"passages": unknown}]))
+
+
+def test_hotpotqa_export(shared_data: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "rules"
+    qa = shared_data / "hotpotqa" / "rpt_distractor_dev_sample_train.jsonl"
+    argv = ["rules", "--qa_path", str(qa), "--max_questions", "40", "--output_dir", str(out)]
+    assert annotate_cli(argv) == 0
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    records = list(load_qa(qa))[:40]
+    pairs = {(r["id"], p["id"]) for r in records for p in r["passages"]}
+    assert counts["train"] + counts["validation"] == len(pairs) > 350 and all(
+        counts[f"score_{s}"] > 0 for s in (1, 2, 4, 5)
+    )
+    dsd = datasets.load_from_disk(str(out))
+    assert not set(dsd["train"]["question_id"]) & set(dsd["validation"]["question_id"])
+    template, _ = load_template(None)
+    row = dsd["train"][0]
+    assert row["prompt"][-1]["content"].startswith(render(template, "", "", "").split("Question:")[0])
+    for row in dsd["train"]:
+        parsed = parse_annotation(row["completion"][0]["content"])
+        assert parsed.score == row["score"]
+        assert (row["relevance"] > 0) == (row["score"] >= 4)
+    with pytest.raises(ConfigError, match="not empty"):
+        annotate_cli(argv)  # nothing a run wrote is overwritten without --overwrite
