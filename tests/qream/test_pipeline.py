@@ -5,6 +5,7 @@ resumes with nothing left to do and the same outputs."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from r3forge.annotate.teacher import TeacherConfig
 from r3forge.config import missing_help
 from r3forge.errors import ConfigError
 from r3forge.qream.pipeline import QREAM_CONFIGS, QreamModelsConfig, role
+from r3forge.qream.score import lexical_support
+from r3forge.qream.select import hard_filter
 
 
 def test_roles_default_to_the_rewriter() -> None:
@@ -68,6 +71,23 @@ def test_rerun_resumes_with_the_same_outputs(qream_run, capsys) -> None:
     err = capsys.readouterr().err
     assert "0 pending" in err and " pending;" not in err.replace("0 pending", "")  # every stage: all cached
     assert (out / "candidates.jsonl").read_text() == before
+
+
+def test_lexical_fact_judge_reuses_every_model_stage(qream_run, tmp_path, capsys) -> None:
+    argv, out = qream_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("fact_judge"))
+    argv = [*argv[: argv.index("--output_dir") + 1], str(copy), *argv[argv.index("--output_dir") + 2 :]]
+    capsys.readouterr()
+    assert annotate_cli([*argv, "--fact_judge", "lexical", "--lexical_threshold", "0.5", "--echo_guard"]) == 0
+    assert "0 pending" in capsys.readouterr().err and not (copy / "fact_judge").exists()
+    report = json.loads((copy / "report.json").read_text())
+    assert report["fact_judge"] == "lexical" and report["echo_guard"] is True
+    for r in map(json.loads, (copy / "candidates.jsonl").read_text().splitlines()):
+        assert r["supported"] == [lexical_support(f, r["raw"], 0.5) for f in r["facts"]]
+        assert r["passes"] == hard_filter(r["answer"] or "", r["answers"], r["question"])
+    with pytest.raises(ConfigError, match="lexical_threshold"):
+        annotate_cli([*argv, "--fact_judge", "lexical", "--lexical_threshold", "2"])
 
 
 def test_dry_run_is_refused(tmp_path) -> None:

@@ -9,7 +9,15 @@ import pytest
 
 from r3forge.backends import HFLocalBackend, HFLocalConfig
 from r3forge.backends.base import Choice, GenerationResult, Usage
-from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep, candidate_key, parse_facts
+from r3forge.qream.score import (
+    FactExtractStep,
+    FactJudgeStep,
+    ReaderStep,
+    candidate_key,
+    judge_lexical,
+    lexical_support,
+    parse_facts,
+)
 from r3forge.synth import EngineConfig, Rejected, load_accepted, run_step
 
 ITEM = {
@@ -67,6 +75,24 @@ def test_fact_parsing_and_judging() -> None:
     assert out["s_fact"] == pytest.approx(1 / 3)
     assert judge.key(item) != judge.key(item | {"raw": "other"})
     assert candidate_key(ITEM) != candidate_key(ITEM | {"document": "other text"})
+
+
+def test_lexical_judge() -> None:
+    raw = ITEM["raw"]
+    fact = "Leonardo da Vinci painted the Mona Lisa."  # 5 of 6 content tokens: "painted" != "painting"
+    assert lexical_support(fact, raw) and not lexical_support(fact, raw, 0.9)
+    assert lexical_support("The Mona Lisa is a portrait painting by Leonardo da Vinci.", raw)
+    assert lexical_support("The Mona Lisa is a PORTRAIT, by Leonardo!", raw)  # normalization
+    assert not lexical_support("The Mona Lisa was painted in Florence.", raw)  # "florence" is not in r_raw
+    assert lexical_support("The Mona Lisa was painted in Florence.", raw + " Painted in 1503.", 0.75)
+    assert lexical_support("The Mona Lisa is not by Leonardo.", raw)  # blind to negation: a proxy only
+    assert not lexical_support("It was.", raw)
+    with pytest.raises(ValueError, match="threshold"):
+        lexical_support("x", raw, 0.0)
+    item = ITEM | {"facts": ["The Mona Lisa is a portrait.", "It hangs in the Louvre."]}
+    out = judge_lexical(item)
+    assert out["supported"] == [True, False] and out["s_fact"] == 0.5 and out["unclear"] == 0
+    assert {k: out[k] for k in candidate_key(item)} == candidate_key(item)
 
 
 @pytest.mark.slow

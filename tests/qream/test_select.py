@@ -26,6 +26,22 @@ def test_hard_filter(answer: str, golds: list[str], passes: bool) -> None:
     assert hard_filter(answer, golds) is passes
 
 
+@pytest.mark.parametrize(
+    ("answer", "golds", "passes"),
+    [
+        ("Shanghai", ["Shanghai"], True),
+        ("shanghai.", ["Shanghai"], True),  # exact after normalization
+        ("Hanggin Rear Banner has a larger population than Shanghai", ["Shanghai"], False),  # echo
+        ("Shanghai has the larger population", ["Shanghai"], False),  # the guard is strict: EM only
+        ("It is Shanghai, China", ["Shanghai", "Shanghai, China"], True),  # any gold may match exactly
+        ("Beijing has more people", ["Beijing"], True),  # a gold the question does not name: containment
+    ],
+)
+def test_echo_guard(answer: str, golds: list[str], passes: bool) -> None:
+    question = "Which has the larger population, Shanghai or Hanggin Rear Banner?"
+    assert hard_filter(answer, golds, question) is passes
+
+
 def test_scores() -> None:
     assert s_perf("Paris", ["paris"]) == 1.0 and s_perf("London", ["Paris"]) == 0.0
     assert s_fact([]) == 0.0 and s_fact([True, False]) == 0.5

@@ -35,19 +35,15 @@ from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.orientation import r_inc, s_orient
+from r3forge.metrics.qa import answer_in_text
 from r3forge.models import resolve_model
-from r3forge.qream.rewrite import RewriteStep, first_tokens, raw_retrieval, rewrite_item
-from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep, candidate_key
+from r3forge.qream.rewrite import RewriteStep, first_tokens, ft_prompt, raw_retrieval, rewrite_item
+from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep, candidate_key, judge_lexical
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
-from r3forge.qream.select import Candidate, select_golden
+from r3forge.qream.select import Candidate, hard_filter, select_golden
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted
 from r3forge.synth.store import ShardSpec
-
-FT_INSTRUCTION = (
-    "Rewrite the retrieved text into a background document for the question: one focused paragraph that "
-    "presents the information the question needs, using only facts stated in the retrieved text."
-)
 
 
 @dataclass
@@ -79,10 +75,24 @@ class QreamConfig:
         default="dual",
         metadata={"help": "dual (paper), utility / fidelity only, none: the Table 4 ablations."},
     )
+    echo_guard: bool = field(
+        default=False,
+        metadata={
+            "help": "Hard filter: a gold the question names (A or B?) must be the exact answer (not paper)."
+        },
+    )
     reader_few_shot: bool = field(
         default=False, metadata={"help": "Show the reader two short-answer demos first (small readers)."}
     )
     max_facts: int = field(default=20, metadata={"help": "Atomic facts judged per candidate at most."})
+    fact_judge: Literal["llm", "lexical"] = field(
+        default="llm",
+        metadata={"help": "llm (paper): the judge model, one request per fact; lexical: content-token overlap "
+                  "with r_raw >= lexical_threshold, no model (a cheap proxy for tiny CPU judges)."},
+    )  # fmt: skip
+    lexical_threshold: float = field(
+        default=0.8, metadata={"help": "fact_judge lexical: share of a fact's content tokens found in r_raw."}
+    )
     rewrite_max_tokens: int = field(default=384, metadata={"help": "Max new tokens of a rewrite."})
     temperature: float = field(default=0.0, metadata={"help": "Rewriter temperature (0: greedy)."})
     validation_fraction: float = field(default=0.1, metadata={"help": "Share of questions held out (SFT)."})
@@ -189,12 +199,19 @@ def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[st
     run_step(extract, candidates, roles["facts"].backend, _stage(run, "facts", roles["facts"]))
     reader, facts = _by_candidate(out / "reader"), _by_candidate(out / "facts")
     with_facts = [c | {"facts": facts[_ckey(c)]["facts"]} for c in candidates if _ckey(c) in facts]
-    run_step(FactJudgeStep(), with_facts, roles["judge"].backend, _stage(run, "fact_judge", roles["judge"]))
-    judged = _by_candidate(out / "fact_judge")
+    if config.fact_judge == "lexical":
+        judged = {_ckey(c): judge_lexical(c, config.lexical_threshold) for c in with_facts}
+    else:
+        judge = roles["judge"]
+        run_step(FactJudgeStep(), with_facts, judge.backend, _stage(run, "fact_judge", judge))
+        judged = _by_candidate(out / "fact_judge")
     rows = []
     for c in candidates:
         r, f, j = reader.get(_ckey(c)), facts.get(_ckey(c)), judged.get(_ckey(c))
-        rows.append({**c, "answer": r["answer"] if r else None, "passes": bool(r and r["passes"]),
+        passes = bool(r) and hard_filter(
+            r["answer"], c["answers"], c["question"] if config.echo_guard else ""
+        )
+        rows.append({**c, "answer": r["answer"] if r else None, "passes": passes,
                      "s_perf": r["s_perf"] if r else 0.0, "facts": f["facts"] if f else [],
                      "supported": j["supported"] if j else [], "s_fact": j["s_fact"] if j else 0.0})  # fmt: skip
     return rows
@@ -255,6 +272,10 @@ def report(rows: list[dict], targets: int, dropped: Counter, mode: str) -> dict[
         "dropped": dict(dropped) | {"no_candidates": targets - len({r["question_id"] for r in rows})},
         "candidates": len(rows),
         "hard_filter_pass_rate": _mean([float(r["passes"]) for r in rows]),
+        # comparison questions name their answer ("A or B?"): an echoing reader passes the filter there
+        "passes_answer_in_question": sum(
+            r["passes"] and answer_in_text(r["answers"], r["question"]) for r in rows
+        ),
         "mean_s_perf": _mean([r["s_perf"] for r in rows]),
         "mean_s_fact": _mean([r["s_fact"] for r in rows]),
         "mean_s_total": _mean([r["s_total"] for r in rows]),
@@ -279,8 +300,7 @@ def write_outputs(rows: list[dict], figures: dict[str, Any], config: QreamConfig
     jsonl(out / "candidates.jsonl", rows)
     golden = [r for r in rows if r["golden"]]
     jsonl(out / "golden.jsonl", golden)
-    sft = [{"prompt": [{"role": "user", "content": f"{FT_INSTRUCTION}\n\nQuestion: {r['question']}\n"
-                                                   f"Retrieved text:\n{r['raw']}"}],
+    sft = [{"prompt": [{"role": "user", "content": ft_prompt(r["question"], r["raw"])}],
             "completion": [{"role": "assistant", "content": r["document"]}],
             "question_id": r["question_id"], "round": r["round"], "s_total": r["s_total"]}
            for r in golden]  # fmt: skip
@@ -314,6 +334,10 @@ def qream_main(
     """Run every stage (resuming what is done) and write the golden set, SFT data, report and card."""
     if config.rounds < 1:
         raise ConfigError(f"rounds must be >= 1, got {config.rounds}")
+    if config.fact_judge not in ("llm", "lexical"):
+        raise ConfigError(f"fact_judge must be llm or lexical, got {config.fact_judge!r}")
+    if not 0 < config.lexical_threshold <= 1:
+        raise ConfigError(f"lexical_threshold must be in (0, 1], got {config.lexical_threshold}")
     if run.dry_run:
         raise ConfigError(
             "dry_run: not available for qream (each stage's requests depend on the last's output)"
@@ -335,11 +359,13 @@ def qream_main(
             return opened[ident]
 
         rewriter = get(teacher)
-        roles = {name: get(role(teacher, models, name)) for name in ("reader", "facts", "judge")}
+        names = ("reader", "facts") + (("judge",) if config.fact_judge == "llm" else ())
+        roles = {name: get(role(teacher, models, name)) for name in names}
         candidates = generate_candidates(config, targets, seeds, rewriter, run)
         rows = score_candidates(config, candidates, roles, run)
     rows, dropped = select_all(rows, config.selection)
     figures = report(rows, len(targets), dropped, config.selection)
+    figures |= {"echo_guard": config.echo_guard, "fact_judge": config.fact_judge}
     if config.orient_model and rows:
         figures |= add_orientation(rows, config.orient_model)
     write_outputs(rows, figures, config, Path(run.output_dir))

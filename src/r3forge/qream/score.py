@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r3forge.backends.base import GenerationRequest, GenerationResult
+from r3forge.metrics.qa import normalize_answer
 from r3forge.qream.select import hard_filter, s_fact, s_perf
 from r3forge.synth.engine import Rejected
 
@@ -46,6 +47,13 @@ _ANSWER = re.compile(r"^[\s*_#>`]*(?:final\s+)?answer[\s*_]*:[\s*_]*", re.IGNORE
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<fact>.+?)\s*$")
 _SENTENCE = re.compile(r"[^.!?]+[.!?]+(?=\s|$)")
 _VERDICT = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+# dropped before the lexical support check: they carry no fact (articles go in SQuAD normalization already)
+_FUNCTION_WORDS_TEXT = (
+    "is are was were be been being am of in on at to for from by with and or but as that this these those it "
+    "its he she they his her their them which who whom whose also has have had not no there than then into "
+    "about after before over under during while"
+)
+_FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
 
 
 def _sha(text: str) -> str:
@@ -166,3 +174,31 @@ class FactJudgeStep:
         supported = [bool(v) and v.group(1).lower() == "yes" for v in verdicts]
         return {**candidate_key(item), "facts": list(item["facts"]), "supported": supported,
                 "unclear": sum(v is None for v in verdicts), "s_fact": s_fact(supported)}  # fmt: skip
+
+
+def lexical_support(fact: str, raw: str, threshold: float = 0.8) -> bool:
+    """A judge without a model: the fact counts as supported when at least `threshold` of its content tokens
+    (SQuAD-normalized, function words dropped) occur in r_raw. It cannot see paraphrase or negation, so it
+    is a cheap proxy for the LLM judge (for small-model CPU runs, where a 135M judge is near chance), not a
+    replacement.
+
+    >>> raw = "Paris is the capital of France. It has 2.1 million inhabitants."
+    >>> lexical_support("The capital of France is Paris.", raw), lexical_support("Paris is in Spain.", raw)
+    (True, False)
+    >>> lexical_support("It is.", raw)  # no content token: nothing to support
+    False
+    """
+    if not 0 < threshold <= 1:
+        raise ValueError(f"lexical support threshold must be in (0, 1], got {threshold}")
+    content = [t for t in normalize_answer(fact).split() if t not in _FUNCTION_WORDS]
+    if not content:
+        return False
+    vocabulary = set(normalize_answer(raw).split())
+    return sum(t in vocabulary for t in content) / len(content) >= threshold
+
+
+def judge_lexical(item: dict, threshold: float = 0.8) -> dict:
+    """The `FactJudgeStep` record of one candidate item (`raw`, `facts`), judged by `lexical_support`."""
+    supported = [lexical_support(f, item["raw"], threshold) for f in item["facts"]]
+    return {**candidate_key(item), "facts": list(item["facts"]), "supported": supported, "unclear": 0,
+            "s_fact": s_fact(supported)}  # fmt: skip

@@ -5,7 +5,7 @@
 For question q with gold answers A, each candidate c (a rewrite of the raw retrieval r_raw from round n) has
 - the hard filter `passes`: some gold answer is contained in the fixed reader's answer from c (whole-token
   inclusion after SQuAD normalization: case, punctuation and articles do not matter; "Obama" is not in
-  "Obamacare");
+  "Obamacare"); with the optional echo guard, a gold answer the question itself names must be matched exactly;
 - S_perf = token F1(reader answer, A) (max over golds);
 - S_fact = supported atomic facts of c / all its facts (judged against r_raw; 1 - r_inc);
 - S_total = (S_perf + S_fact) / 2.
@@ -25,22 +25,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from r3forge.metrics.qa import answer_in_text, f1_score
+from r3forge.metrics.qa import answer_in_text, exact_match, f1_score
 
 Mode = Literal["dual", "utility", "fidelity", "none"]
 MODES: tuple[str, ...] = ("dual", "utility", "fidelity", "none")
 
 
-def hard_filter(reader_answer: str, golds: Sequence[str]) -> bool:
+def hard_filter(reader_answer: str, golds: Sequence[str], question: str = "") -> bool:
     """Whether a gold answer is contained in the reader's answer (normalized, whole tokens).
 
     >>> hard_filter("It was Barack Obama, in 2009.", ["barack obama"])
     True
     >>> hard_filter("Obamacare", ["Obama"]), hard_filter("", ["Obama"])
     (False, False)
+
+    With `question` (the echo guard, off in the paper), a gold answer that the question itself contains must
+    match the reader's answer exactly: a comparison question names both options, and containment would pass
+    a reader that echoes them ("A was older than B" for gold B).
+
+    >>> q, echo = "Who was older, George Atzerodt or Andrew Johnson?", "George Atzerodt was older than Andrew Johnson"
+    >>> hard_filter(echo, ["Andrew Johnson"]), hard_filter(echo, ["Andrew Johnson"], q)
+    (True, False)
+    >>> hard_filter("Andrew Johnson.", ["Andrew Johnson"], q)
+    True
     """
     golds = [g for g in golds if g and g.strip()]
-    return bool(golds) and answer_in_text(golds, reader_answer)
+    echoed = [g for g in golds if question and answer_in_text([g], question)]
+    free = [g for g in golds if g not in echoed]
+    return bool(free and answer_in_text(free, reader_answer)) or bool(
+        echoed and exact_match(reader_answer, echoed) == 1.0
+    )
 
 
 def s_perf(reader_answer: str, golds: Sequence[str]) -> float:
