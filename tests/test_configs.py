@@ -7,6 +7,7 @@ import pytest
 from r3forge.annotate.jobs import JUDGE_CONFIGS, PARAPHRASE_CONFIGS, VERBAL_CONFIGS
 from r3forge.config import parse_config
 from r3forge.demo import DemoConfig
+from r3forge.qream.apply import REWRITE_CONFIGS
 from r3forge.qream.pipeline import QREAM_CONFIGS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -18,6 +19,8 @@ CLASSES = {
     "annotate/paraphrase_hotpotqa_cpu.yaml": PARAPHRASE_CONFIGS,
     "annotate/qream_hotpotqa_cpu.yaml": QREAM_CONFIGS,
     "annotate/qream_llama3_8b.yaml": QREAM_CONFIGS,
+    "rewrite/qream_icl_hotpotqa_cpu.yaml": REWRITE_CONFIGS,
+    "rewrite/qream_ft_llama32_1b.yaml": REWRITE_CONFIGS,
 }
 
 

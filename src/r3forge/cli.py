@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "r3forge.annotate.cli:main",
         "Teacher annotation (verbal comment + 1-5 score) and its SFT export.",
     ),
+    "rewrite": (
+        "r3forge.qream.apply:cli",
+        "QREAM-ICL or a QREAM-FT checkpoint as a post-retrieval step; reader EM/F1/TK before and after.",
+    ),
     "demo": (
         "r3forge.demo:cli",
         "End-to-end foundation demo: models, synthetic world, closed-book vs gold-evidence QA.",

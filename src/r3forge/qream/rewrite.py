@@ -28,6 +28,11 @@ INSTRUCTION = (
     "focused paragraph that presents the information the question needs. Use only facts stated in the "
     "retrieved text; do not answer beyond it and do not mention the question or the retrieval."
 )
+# the QREAM-FT student's prompt: its SFT inputs and, once trained, its inputs at inference (`FTRewriteStep`)
+FT_INSTRUCTION = (
+    "Rewrite the retrieved text into a background document for the question: one focused paragraph that "
+    "presents the information the question needs, using only facts stated in the retrieved text."
+)
 _LABEL = re.compile(r"^[\s*_#>`]*(?:background\s+)?document[\s*_]*:[\s*_]*", re.IGNORECASE | re.MULTILINE)
 _ECHO = re.compile(r"^[\s*_#>`]*(?:question|retrieved text)[\s*_]*:.*$", re.IGNORECASE | re.MULTILINE)
 
@@ -99,6 +104,11 @@ def first_tokens(text: str, tokenizer: Any, n: int) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True).strip()
 
 
+def ft_prompt(question: str, raw: str) -> str:
+    """The user turn of the QREAM-FT student: instruction, question and r_raw (no demonstrations)."""
+    return f"{FT_INSTRUCTION}\n\nQuestion: {question}\nRetrieved text:\n{raw}"
+
+
 def rewrite_item(record: dict, source: str, round: int) -> dict:
     """A rewrite item: the question (id, text, answers) and the text this round rewrites."""
     return {
@@ -108,6 +118,20 @@ def rewrite_item(record: dict, source: str, round: int) -> dict:
         "round": round,
         "source": source,
     }
+
+
+def parse_rewrite(item: dict, result: GenerationResult, min_words: int) -> dict | Rejected:
+    """The rewrite, trimmed of loops and an unfinished ending (`trimmed` says which); too short after that:
+    rejected (`truncated` when it hit max_tokens, else `too_short`)."""
+    choice = result.choices[0]
+    cut = choice.finish_reason == "length"
+    text, trimmed = trim_generation(strip_echo(choice.text), cut)
+    words = len(text.split())
+    if words < min_words:
+        detail = f"{words} words < {min_words} after trimming ({trimmed or '-'})"
+        return Rejected("truncated" if cut else "too_short", detail)
+    keep = ("question_id", "question", "answers", "round", "source")
+    return {k: item[k] for k in keep} | {"rewrite": text, "trimmed": trimmed}
 
 
 @dataclass
@@ -145,14 +169,31 @@ class RewriteStep:
         )
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
-        """The rewrite, trimmed of loops and an unfinished ending (`trimmed` says which); too short after
-        that: rejected (`truncated` when it hit max_tokens, else `too_short`)."""
-        choice = result.choices[0]
-        cut = choice.finish_reason == "length"
-        text, trimmed = trim_generation(strip_echo(choice.text), cut)
-        words = len(text.split())
-        if words < self.min_words:
-            detail = f"{words} words < {self.min_words} after trimming ({trimmed or '-'})"
-            return Rejected("truncated" if cut else "too_short", detail)
-        keep = ("question_id", "question", "answers", "round", "source")
-        return {k: item[k] for k in keep} | {"rewrite": text, "trimmed": trimmed}
+        return parse_rewrite(item, result, self.min_words)
+
+
+@dataclass
+class FTRewriteStep:
+    """The `SynthesisStep` of a trained QREAM-FT student: one rewrite of r_raw from `ft_prompt` (the prompt
+    its SFT data used), parsed and rejected like `RewriteStep`'s. Item: `rewrite_item(..., round=1)`."""
+
+    temperature: float = 0.0
+    max_tokens: int = 384
+    min_words: int = 10
+    tokenizer: Any = field(default=None, repr=False, compare=False)
+    name: str = field(default="qream_ft_rewrite", init=False)
+    version: str = field(default="qream_ft_v1", init=False)
+
+    def key(self, item: dict) -> dict:
+        source = hashlib.sha256(item["source"].encode("utf-8")).hexdigest()[:16]
+        return {"question_id": item["question_id"], "round": item["round"], "source_sha256": source}
+
+    def prompt(self, item: dict) -> GenerationRequest:
+        return GenerationRequest(
+            messages=[{"role": "user", "content": ft_prompt(item["question"], item["source"])}],
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+
+    def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
+        return parse_rewrite(item, result, self.min_words)
