@@ -82,3 +82,10 @@ def test_hotpotqa_export(shared_data: Path, tmp_path: Path, capsys) -> None:
         assert (row["relevance"] > 0) == (row["score"] >= 4)
     with pytest.raises(ConfigError, match="not empty"):
         annotate_cli(argv)  # nothing a run wrote is overwritten without --overwrite
+
+    # an evaluation-only set: every question in train, an empty validation split
+    argv = ["rules", "--qa_path", str(qa), "--max_questions", "3", "--validation_fraction", "0"]
+    assert annotate_cli([*argv, "--output_dir", str(tmp_path / "all")]) == 0
+    dsd = datasets.load_from_disk(str(tmp_path / "all"))
+    assert len(dsd["train"]) == len({(r["id"], p["id"]) for r in records[:3] for p in r["passages"]})
+    assert "validation" not in dsd  # an empty split is not written (datasets cannot load one back)

@@ -157,10 +157,12 @@ def build_sft(
     if row is sft_row:
         rows = rebalance(rows, config.balance_ratio, config.max_per_score, config.seed)
     train, validation = split_by_question(rows, config.validation_fraction, config.seed)
+    # an empty split is left out: datasets cannot load a saved split without rows
     return datasets.DatasetDict(
         {
             name: datasets.Dataset.from_list(split)
             for name, split in (("train", train), ("validation", validation))
+            if split
         }
     )
 

@@ -144,7 +144,7 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for row in split:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        for s in split["score"]:
+        for s in split["score"] if len(split) else []:
             counts[f"score_{s}"] = counts.get(f"score_{s}", 0) + 1
     (out / "labels.json").write_text(json.dumps({"rule": RULE_VERSION, **counts}, indent=1) + "\n")
     return counts
