@@ -130,7 +130,11 @@ def parse_config(
         flag = token.split("=", 1)[0]
         if flag.startswith("--") and flag not in flags:
             raise ConfigError(f"unknown flag '{flag}'{_closest(flag, sorted(flags))}")
-    outputs = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    try:
+        outputs = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    except ValueError as e:  # a config class's own validation (__post_init__), e.g. TrainingArguments'
+        hint = " (on a machine without a GPU set bf16: false)" if "bf16" in str(e) else ""
+        raise ConfigError(f"{config_path or 'command-line flags'}: invalid settings: {e}{hint}") from e
     *configs, remaining = outputs
     # HfArgumentParser appends a Namespace with the non-dataclass arguments (here only --config)
     configs = [c for c in configs if not isinstance(c, argparse.Namespace)]
