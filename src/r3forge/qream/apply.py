@@ -155,9 +155,8 @@ def read_both(config: RewriteConfig, targets: list[dict], evidence: dict[str, di
     run_step(
         ReaderStep(few_shot=config.reader_few_shot), items, reader.backend, _stage(run, "reader", reader)
     )
-    return {
-        tuple(candidate_key(a).values()): a["answer"] for a in load_accepted(Path(run.output_dir) / "reader")
-    }
+    folder = Path(run.output_dir) / "reader"  # records carry the candidate key's fields
+    return {(a["question_id"], a["round"], a["document_sha256"]): a["answer"] for a in load_accepted(folder)}
 
 
 def _tokens(texts: list[str], tokenizer: Any) -> list[int]:

@@ -302,7 +302,8 @@ def write_outputs(rows: list[dict], figures: dict[str, Any], config: QreamConfig
     jsonl(out / "golden.jsonl", golden)
     sft = [{"prompt": [{"role": "user", "content": ft_prompt(r["question"], r["raw"])}],
             "completion": [{"role": "assistant", "content": r["document"]}],
-            "question_id": r["question_id"], "round": r["round"], "s_total": r["s_total"]}
+            "question_id": r["question_id"], "question": r["question"], "answers": r["answers"],
+            "round": r["round"], "s_total": r["s_total"]}
            for r in golden]  # fmt: skip
     train, validation = split_by_question(sft, config.validation_fraction, config.seed)
     splits = {"train": train, "validation": validation}
