@@ -3,12 +3,14 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from r3forge.annotate.jobs import JUDGE_CONFIGS, PARAPHRASE_CONFIGS, VERBAL_CONFIGS
 from r3forge.config import parse_config
 from r3forge.demo import DemoConfig
 from r3forge.qream.apply import REWRITE_CONFIGS
 from r3forge.qream.pipeline import QREAM_CONFIGS
+from r3forge.sft.config import SFT_CONFIGS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CLASSES = {
@@ -21,19 +23,34 @@ CLASSES = {
     "annotate/qream_llama3_8b.yaml": QREAM_CONFIGS,
     "rewrite/qream_icl_hotpotqa_cpu.yaml": REWRITE_CONFIGS,
     "rewrite/qream_ft_llama32_1b.yaml": REWRITE_CONFIGS,
+    "sft/verbal_reranker_cpu.yaml": SFT_CONFIGS,
+    "sft/qream_ft_cpu.yaml": SFT_CONFIGS,
+}
+# GPU recipes: bf16 is refused on a machine without a GPU, so they are parsed with it switched off
+GPU_CLASSES = {
+    "sft/verbal_reranker_qwen2.5-1.5b.yaml": SFT_CONFIGS,
+    "sft/verbal_reranker_qwen2.5-3b.yaml": SFT_CONFIGS,
+    "sft/qream_ft_llama3.2-1b.yaml": SFT_CONFIGS,
 }
 
 
-@pytest.mark.parametrize("name", sorted(CLASSES))
+@pytest.mark.parametrize("name", sorted(CLASSES | GPU_CLASSES))
 def test_config_parses_and_header_shows_launch_command(name: str):
     path = CONFIGS / name
-    configs = parse_config(CLASSES[name], ["--config", str(path)])
-    assert len(configs) == len(CLASSES[name])
+    classes = CLASSES.get(name) or GPU_CLASSES[name]
+    flags = ["--bf16", "false"] if name in GPU_CLASSES else []
+    configs = parse_config(classes, ["--config", str(path), *flags])
+    assert len(configs) == len(classes)
+    if name in GPU_CLASSES:
+        assert yaml.safe_load(path.read_text())["bf16"] is True  # the YAML itself trains in bf16
     header = [line for line in path.read_text().splitlines() if line.startswith("#")]
-    assert any("r3forge " in line or "make " in line for line in header), f"{name}: no launch command"
+    launch = ("r3forge ", "make ", "accelerate launch")
+    assert any(any(c in line for c in launch) for line in header), f"{name}: no launch command"
 
 
 def test_every_recipe_is_covered():
     assert {
-        str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml") if "retrieval" not in p.parts
-    } == set(CLASSES)
+        str(p.relative_to(CONFIGS))
+        for p in CONFIGS.rglob("*.yaml")
+        if not {"retrieval", "accelerate"} & set(p.parts)
+    } == set(CLASSES | GPU_CLASSES)

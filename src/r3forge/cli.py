@@ -32,6 +32,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "r3forge.annotate.cli:main",
         "Teacher annotation (verbal comment + 1-5 score) and its SFT export.",
     ),
+    "sft": (
+        "r3forge.sft.recipe:cli",
+        "SFT distillation (verbal reranker, QREAM-FT): TRL SFTTrainer, full or LoRA, task metrics.",
+    ),
+    "export": (
+        "r3forge.release.cli:main",
+        "SFT run folder -> release folder (weights, tokenizer, chat template, model card); optional Hub push.",
+    ),
     "rewrite": (
         "r3forge.qream.apply:cli",
         "QREAM-ICL or a QREAM-FT checkpoint as a post-retrieval step; reader EM/F1/TK before and after.",

@@ -1,0 +1,1 @@
+"""Supervised distillation: the SFT recipe (`recipe.main`), its configs, task metrics and run folder."""

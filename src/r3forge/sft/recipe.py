@@ -1,0 +1,136 @@
+"""SFT distillation recipe: a student learns the teacher's completions (verbal reranker comments + scores,
+QREAM golden rewrites) with TRL's `SFTTrainer`, completion-only loss, full fine-tuning or LoRA.
+
+    r3forge sft --config configs/sft/verbal_reranker_cpu.yaml
+    accelerate launch --config_file configs/accelerate/zero3.yaml -m r3forge.sft \\
+        --config configs/sft/verbal_reranker_qwen2.5-3b.yaml
+    torchrun --nproc_per_node 4 -m r3forge.sft --config ...      (recipes/sft.py runs the same main)
+
+What the recipe fixes on top of TRL:
+- data are prompt/completion chat rows; the prompt never contributes to the loss (completion_only_loss) and
+  the chat template is the tokenizer's own, applied exactly as inference applies it (TRL tokenizes the
+  prompt with add_generation_prompt=True, then the completion including its end-of-turn token, so the
+  student learns to stop);
+- bf16 on GPUs (TRL's default), fp32 on CPU (the CPU configs set `bf16: false`); `dtype: auto` loads the
+  weights in the training precision; gradient checkpointing from the config;
+- task metrics at every evaluation, before the first step and at the end (`taskeval.TaskEval`);
+- the run folder of `run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/);
+- `resume_from_checkpoint: auto` continues from the last checkpoint; a folder holding a run is refused.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
+
+from r3forge.config import parse_config, save_config
+from r3forge.errors import ConfigError
+from r3forge.models import resolve_model
+from r3forge.sft.config import SFT_CONFIGS, TASKS, SFTScriptArguments
+from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info, write_json
+from r3forge.sft.taskeval import TaskEval, whole_questions
+
+TASK_COLUMNS = {"verbal": ("question_id", "doc_id", "score"), "qream": ("question", "answers"), "generic": ()}
+
+
+def load_split(path: str, split: str, limit: int | None) -> datasets.Dataset:
+    """One split of a DatasetDict folder (or a whole .jsonl/.json file), checked for prompt/completion."""
+    p = Path(path)
+    if p.is_dir():
+        data = datasets.load_from_disk(str(p))
+        if isinstance(data, datasets.DatasetDict):
+            if split not in data:
+                raise ConfigError(f"{path}: no split {split!r} (splits: {sorted(data)})")
+            data = data[split]
+    elif p.suffix in (".jsonl", ".json") and p.is_file():
+        data = datasets.Dataset.from_json(str(p))
+    else:
+        raise ConfigError(f"dataset {path}: neither a DatasetDict folder nor a .jsonl/.json file")
+    missing = {"prompt", "completion"} - set(data.column_names)
+    if missing:
+        raise ConfigError(
+            f"{path} ({split}): missing column(s) {sorted(missing)}; need prompt/completion chat rows"
+        )
+    return data.select(range(min(limit, len(data)))) if limit is not None else data
+
+
+def model_dtype(model_args: ModelConfig, training: SFTConfig) -> torch.dtype:
+    """`dtype: auto` (or unset): bf16 when training in bf16 on a GPU, else fp32."""
+    if model_args.dtype and model_args.dtype != "auto":
+        return getattr(torch, model_args.dtype)
+    return torch.bfloat16 if training.bf16 and torch.cuda.is_available() else torch.float32
+
+
+def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfig) -> dict[str, Any]:
+    """Train, evaluate, save `final/` and the run files; returns the final metrics."""
+    if script.task not in TASKS:
+        raise ConfigError(f"task must be one of {TASKS}, got {script.task!r}")
+    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite)
+    out = Path(training.output_dir)
+    set_seed(training.seed)
+
+    # data: prompt/completion chat rows; the held-out split feeds both eval loss and task metrics
+    train = load_split(script.dataset, script.train_split, script.max_train_samples)
+    held = None
+    if script.eval_dataset or script.eval_split:
+        source = script.eval_dataset or script.dataset
+        if script.eval_dataset or Path(source).is_dir():
+            held = load_split(source, script.eval_split or "validation", script.max_eval_samples)
+    missing = set(TASK_COLUMNS[script.task]) - set((held or train).column_names)
+    if missing:
+        raise ConfigError(f"{script.dataset}: task {script.task} needs column(s) {sorted(missing)}")
+
+    # model: an embedded name, a local folder or a Hub id; LoRA when use_peft
+    base = model_args.model_name_or_path or "smollm2-135m-instruct"
+    path = resolve_model(base)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args, training),
+                                                 attn_implementation=model_args.attn_implementation)  # fmt: skip
+    training.completion_only_loss = (
+        True if training.completion_only_loss is None else training.completion_only_loss
+    )
+    trainer = SFTTrainer(model=model, args=training, train_dataset=train, eval_dataset=held,
+                         processing_class=tokenizer, peft_config=get_peft_config(model_args))  # fmt: skip
+
+    if trainer.is_world_process_zero():
+        out.mkdir(parents=True, exist_ok=True)
+        save_config((script, model_args, training), out / "config.yaml")
+        info = run_info("sft", script.task, base, [script.dataset, *([script.eval_dataset] * bool(script.eval_dataset))],
+                        bool(model_args.use_peft))  # fmt: skip
+        write_json(out / "run.json", info)
+    trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))
+    task_eval = None
+    if script.task != "generic" and held is not None and script.task_eval_samples > 0:
+        rows = whole_questions(list(held), script.task_eval_samples)
+        task_eval = TaskEval(trainer, rows, script.task, script.task_eval_max_new_tokens,
+                             script.task_eval_batch_size, script.reader_model, script.reader_few_shot)  # fmt: skip
+        task_eval.at_start = script.task_eval_at_start and resume is None
+        trainer.add_callback(task_eval)
+
+    result = trainer.train(resume_from_checkpoint=resume)
+    metrics: dict[str, Any] = dict(result.metrics)
+    if held is not None:
+        metrics |= trainer.evaluate()  # eval loss, and task metrics through the callback
+    trainer.save_model(str(out / "final"))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(out / "final"))
+        if task_eval is not None and task_eval.history:
+            metrics["task_before"] = task_eval.history[0] if task_eval.at_start else None
+            metrics["task_after"] = task_eval.history[-1]
+        write_json(out / "final_metrics.json", metrics)
+        write_json(out / "run.json", info | {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return metrics
+
+
+def cli(argv: list[str] | None = None) -> int:
+    main(*parse_config(SFT_CONFIGS, sys.argv[1:] if argv is None else argv, prog="r3forge sft"))
+    return 0

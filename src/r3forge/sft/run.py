@@ -1,0 +1,117 @@
+"""The run folder of a training recipe, and what goes into it besides checkpoints:
+
+    <output_dir>/run.json            recipe, task, base model, datasets, LoRA or not, git commit, versions, times
+    <output_dir>/config.yaml         the resolved config (every field of every config class)
+    <output_dir>/metrics.jsonl       one JSON object per logging / evaluation event
+    <output_dir>/final_metrics.json  train + eval metrics, and the task metrics before and after training
+    <output_dir>/checkpoint-N/       Trainer checkpoints (resume_from_checkpoint: auto picks the last)
+    <output_dir>/final/              the trained model (or LoRA adapter) + tokenizer: what `r3forge export` reads
+
+A folder that already holds a run is never overwritten silently: resume it or pass overwrite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+import trl
+from transformers import TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+
+import r3forge
+from r3forge.errors import ConfigError
+
+AUTO = ("auto", "true", "latest", "last")
+
+
+def git_commit(path: Path | None = None) -> str | None:
+    """HEAD of the git checkout holding `path` (default: the r3forge sources), or None (a wheel install)."""
+    where = path or Path(r3forge.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def prepare_output_dir(output_dir: str, resume: str | None, overwrite: bool) -> str | None:
+    """The checkpoint to resume from (None: start fresh), after checking the folder.
+
+    `resume`: empty (fresh start; a folder holding a run is refused unless `overwrite`, which deletes it),
+    "auto" (the last checkpoint-N, or a fresh start when there is none), or a checkpoint path.
+    """
+    out = Path(output_dir)
+    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    if resume and resume.lower() in AUTO:
+        return last
+    if resume:
+        if not Path(resume).is_dir():
+            raise ConfigError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
+        return resume
+    held = out.is_dir() and ((out / "run.json").exists() or last is not None)
+    if held and not overwrite:
+        raise ConfigError(
+            f"{out}: holds a run (run.json or checkpoint-N); set resume_from_checkpoint: auto to continue it, "
+            "overwrite: true to delete it and start over, or choose another output_dir"
+        )
+    if held:
+        shutil.rmtree(out)
+    return None
+
+
+def _finite(value: Any) -> Any:
+    """NaN/inf (an undefined Spearman) -> None, so the file is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Write atomically (a kill mid-write leaves the old file); NaN becomes null."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_finite(payload), indent=1, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora: bool) -> dict[str, Any]:
+    return {
+        "recipe": recipe,
+        "task": task,
+        "base_model": base_model,
+        "base_model_id": base_model if "/" in base_model and not Path(base_model).exists() else None,
+        "datasets": datasets,
+        "lora": lora,
+        "git_commit": git_commit(),
+        "r3forge_version": r3forge.__version__,
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+        },
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "finished": None,
+    }
+
+
+class MetricsJSONL(TrainerCallback):
+    """Append every logged dict (loss, learning rate, eval metrics, task metrics) with its step and epoch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            row = {"step": state.global_step, "epoch": state.epoch, **logs}
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row, default=float) + "\n")

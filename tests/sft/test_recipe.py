@@ -1,0 +1,139 @@
+"""The SFT recipe on the embedded model: completion-only loss at token level (prompt masked, end-of-turn
+learned), full and LoRA runs of a few steps that change the weights, the run folder, resume, and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import SFTTrainer
+
+from r3forge.config import parse_config
+from r3forge.errors import ConfigError
+from r3forge.sft.config import SFT_CONFIGS
+from r3forge.sft.recipe import main
+
+ROWS = [
+    {"prompt": [{"role": "user", "content": f"Is document {i} about question {i}?"}],
+     "completion": [{"role": "assistant", "content": f"Comment: It names item {i}.\nScore: {1 + i % 5}"}],
+     "question_id": f"q{i // 3}", "doc_id": f"d{i}", "score": 1 + i % 5, "relevance": int(i % 5 == 4)}
+    for i in range(12)
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("sftdata") / "dsd"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS[:9]),
+                          "validation": datasets.Dataset.from_list(ROWS[9:])}).save_to_disk(str(path))  # fmt: skip
+    return path
+
+
+def configs(data: Path, out: Path, *extra: str):
+    argv = ["--dataset", str(data), "--task", "verbal", "--output_dir", str(out), "--bf16", "false"]
+    argv += ["--max_steps", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
+    argv += ["--learning_rate", "1e-3", "--max_length", "128", "--report_to", "none", "--save_steps", "1"]
+    argv += ["--logging_steps", "1", "--task_eval_samples", "3", "--task_eval_max_new_tokens", "16"]
+    argv += ["--gradient_checkpointing", "false", "--use_cpu", "true", *extra]
+    return parse_config(SFT_CONFIGS, argv)
+
+
+def test_completion_only_loss_at_token_level(data: Path, smollm2_path: Path, tmp_path: Path) -> None:
+    *_, training = configs(data, tmp_path / "mask")
+    training.completion_only_loss = True
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path)
+    trainer = SFTTrainer(model=model, args=training, processing_class=tokenizer,
+                         train_dataset=datasets.load_from_disk(str(data))["train"])  # fmt: skip
+    example = trainer.train_dataset[0]
+    labels = trainer.data_collator([example])["labels"][0].tolist()
+    ids = example["input_ids"]
+    # the prompt, exactly as inference builds it, is the masked prefix
+    text = tokenizer.apply_chat_template(ROWS[0]["prompt"], add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert ids[: len(prompt_ids)] == list(prompt_ids)
+    assert all(label == -100 for label in labels[: len(prompt_ids)])
+    learned = [t for t, label in zip(ids, labels, strict=True) if label != -100]
+    assert learned == ids[len(prompt_ids) :]  # every completion token is learned ...
+    assert tokenizer.decode(learned).startswith("Comment: It names item 0.\nScore: 1")
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert end_of_turn in learned  # ... including the end of the turn: the student learns to stop
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+def test_full_run_changes_weights_and_writes_the_run_folder(data: Path, smollm2_path: Path, tmp_path: Path):
+    out = tmp_path / "full"
+    metrics = main(*configs(data, out, "--model_name_or_path", str(smollm2_path)))
+    trained, base = _weights(out / "final"), _weights(smollm2_path)
+    changed = [k for k in base if k in trained and not torch.equal(base[k], trained[k])]
+    assert len(changed) > 10
+    for name in ("run.json", "config.yaml", "metrics.jsonl", "final_metrics.json"):
+        assert (out / name).is_file(), name
+    run = json.loads((out / "run.json").read_text())
+    assert run["lora"] is False and run["task"] == "verbal" and run["finished"]
+    final = json.loads((out / "final_metrics.json").read_text())  # strict JSON (NaN -> null)
+    assert final["task_before"]["step"] == 0 and final["task_after"]["step"] == 2
+    assert "eval_loss" in metrics and 0.0 <= final["task_after"]["eval_task_parse_rate"] <= 1.0
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {row["step"] for row in logged if "loss" in row} == {1, 2}
+    assert any("eval_task_parse_rate" in row for row in logged)
+    assert (out / "final" / "tokenizer_config.json").is_file() and (
+        out / "final" / "chat_template.jinja"
+    ).is_file()
+
+    # the folder holds a run: refused without resume/overwrite; resumed from checkpoint-2 to step 3
+    with pytest.raises(ConfigError, match="holds a run"):
+        main(*configs(data, out, "--model_name_or_path", str(smollm2_path)))
+    main(*configs(data, out, "--model_name_or_path", str(smollm2_path), "--max_steps", "3",
+                  "--resume_from_checkpoint", "auto"))  # fmt: skip
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged if "loss" in row] == [1, 2, 3]  # step 3 only, after the resume
+    assert (out / "checkpoint-3").is_dir()
+
+
+def test_lora_run_trains_only_the_adapter(data: Path, smollm2_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    lora = [
+        "--use_peft",
+        "true",
+        "--lora_r",
+        "4",
+        "--lora_alpha",
+        "8",
+        "--lora_target_modules",
+        "q_proj",
+        "v_proj",
+    ]
+    main(*configs(data, out, "--model_name_or_path", str(smollm2_path), "--task_eval_samples", "0", *lora))
+    adapter = _weights(out / "final")
+    assert (out / "final" / "adapter_config.json").is_file() and not (
+        out / "final" / "model.safetensors"
+    ).exists()
+    b = [v for k, v in adapter.items() if "lora_B" in k]
+    assert b and any(v.abs().sum() > 0 for v in b)  # B starts at zero: non-zero means it was trained
+    assert json.loads((out / "run.json").read_text())["lora"] is True
+
+
+def test_bad_inputs(data: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no split 'dev'"):
+        main(*configs(data, tmp_path / "a", "--eval_split", "dev"))
+    with pytest.raises(ConfigError, match="neither a DatasetDict folder"):
+        main(*configs(tmp_path / "missing", tmp_path / "b"))
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"text": "x"}) + "\n")
+    with pytest.raises(ConfigError, match=r"missing column\(s\) \['completion', 'prompt'\]"):
+        main(*configs(bare, tmp_path / "c"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="bf16 is valid with a GPU")
+def test_bf16_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="bf16: false"):
+        parse_config(SFT_CONFIGS, ["--dataset", "x", "--output_dir", str(tmp_path), "--bf16", "true"])
