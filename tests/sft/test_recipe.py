@@ -15,6 +15,7 @@ from trl import SFTTrainer
 
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
+from r3forge.release.export import export_run
 from r3forge.sft.config import SFT_CONFIGS
 from r3forge.sft.recipe import main
 
@@ -88,6 +89,14 @@ def test_full_run_changes_weights_and_writes_the_run_folder(data: Path, smollm2_
     assert (out / "final" / "tokenizer_config.json").is_file() and (
         out / "final" / "chat_template.jinja"
     ).is_file()
+
+    # the run folder exports as it is, to a release with the same logits as final/
+    release = export_run(out, tmp_path / "release")
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        a = AutoModelForCausalLM.from_pretrained(out / "final")(ids).logits
+        b = AutoModelForCausalLM.from_pretrained(release)(ids).logits
+    assert torch.equal(a, b) and (release / "README.md").is_file()
 
     # the folder holds a run: refused without resume/overwrite; resumed from checkpoint-2 to step 3
     with pytest.raises(ConfigError, match="holds a run"):
