@@ -66,7 +66,10 @@ def probe_gains(
     config: ProbeConfig = ProbeConfig(),
     cache: dict[str, Uncertainty] | None = None,
 ) -> list[QuestionGains]:
-    """NU(q) (from `cache` when there, else probed and stored) and one batched call for every NU(q | d)."""
+    """NU(q) (from `cache` when there, else probed and stored) and one batched call for every NU(q | d).
+
+    `cache` maps question -> NU(q) for one backend and one `ProbeConfig`: keep one dict per configuration.
+    """
     if len(questions) != len(candidates):
         raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
     cache = {} if cache is None else cache
