@@ -119,7 +119,10 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     result = trainer.train(resume_from_checkpoint=resume)
     metrics: dict[str, Any] = dict(result.metrics)
     if held is not None:
-        metrics |= trainer.evaluate()  # eval loss, and task metrics through the callback
+        step = trainer.state.global_step
+        done = [row for row in trainer.state.log_history if "eval_loss" in row and row.get("step") == step]
+        # the Trainer may have evaluated at the last step already (eval_strategy): do not pay for it twice
+        metrics |= done[-1] if done else trainer.evaluate()
     trainer.save_model(str(out / "final"))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(out / "final"))
