@@ -192,9 +192,14 @@ def export_sft(config: ExportSFTConfig) -> datasets.DatasetDict:
     if out.exists() and any(out.iterdir()) and not config.overwrite:
         raise ConfigError(f"{out}: exists and is not empty; pass overwrite=true or choose another folder")
     dsd = build_sft(records, config, template, row)
+    write_sft(dsd, out)
+    return dsd
+
+
+def write_sft(dsd: datasets.DatasetDict, out: Path) -> None:
+    """`save_to_disk` plus one `<split>.jsonl` per split (for reading and diffing without datasets)."""
     dsd.save_to_disk(str(out))
     for name, split in dsd.items():
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for row in split:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return dsd

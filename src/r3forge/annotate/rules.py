@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r3forge.annotate.export import ExportSFTConfig, build_sft
+from r3forge.annotate.export import ExportSFTConfig, build_sft, write_sft
 from r3forge.annotate.verbal import load_template
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
@@ -137,13 +137,10 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
                              max_per_score=config.max_per_score)  # fmt: skip
     template, _ = load_template(None)
     dsd = build_sft(rule_annotations(records), export, template)
-    dsd.save_to_disk(str(out))
+    write_sft(dsd, out)
     counts: dict[str, int] = {}
     for name, split in dsd.items():
         counts[name] = len(split)
-        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
-            for row in split:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
         for s in split["score"] if len(split) else []:
             counts[f"score_{s}"] = counts.get(f"score_{s}", 0) + 1
     (out / "labels.json").write_text(json.dumps({"rule": RULE_VERSION, **counts}, indent=1) + "\n")

@@ -30,7 +30,7 @@ from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.efficiency import count_tokens
 from r3forge.metrics.qa import exact_match, f1_score
-from r3forge.qream.pipeline import raw_retrievals, role
+from r3forge.qream.pipeline import _mean, _stage, raw_retrievals, role
 from r3forge.qream.rewrite import FTRewriteStep, RewriteStep, rewrite_item
 from r3forge.qream.score import ReaderStep, candidate_key
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
@@ -83,11 +83,6 @@ class ReaderRoleConfig:
 
 
 REWRITE_CONFIGS = (RewriteConfig, ReaderRoleConfig, TeacherConfig, RunConfig)
-
-
-def _stage(run: RunConfig, name: str, teacher: Teacher) -> EngineConfig:
-    return EngineConfig(output_dir=str(Path(run.output_dir) / name), model=teacher.model_id,
-                        batch_size=run.batch_size, concurrency=run.concurrency, progress=run.progress)  # fmt: skip
 
 
 def demonstrations(config: RewriteConfig, targets: list[dict], rewriter: Teacher, run: RunConfig) -> list:
@@ -163,10 +158,6 @@ def _tokens(texts: list[str], tokenizer: Any) -> list[int]:
     if tokenizer is None:
         return [len(t.split()) for t in texts]
     return [int(n) for n in count_tokens(texts, tokenizer)]
-
-
-def _mean(xs: list[float]) -> float | None:
-    return round(sum(xs) / len(xs), 4) if xs else None
 
 
 def evidence_rows(targets: list[dict], evidence: dict[str, dict], tokenizer: Any) -> list[dict]:

@@ -120,6 +120,12 @@ def rewrite_item(record: dict, source: str, round: int) -> dict:
     }
 
 
+def rewrite_key(item: dict) -> dict:
+    """A rewrite item's identity: question, round and a hash of the text it rewrites."""
+    source = hashlib.sha256(item["source"].encode("utf-8")).hexdigest()[:16]
+    return {"question_id": item["question_id"], "round": item["round"], "source_sha256": source}
+
+
 def parse_rewrite(item: dict, result: GenerationResult, min_words: int) -> dict | Rejected:
     """The rewrite, trimmed of loops and an unfinished ending (`trimmed` says which); too short after that:
     rejected (`truncated` when it hit max_tokens, else `too_short`)."""
@@ -153,8 +159,7 @@ class RewriteStep:
         self.version = f"{PROMPT_VERSION}+demos-{digest}"
 
     def key(self, item: dict) -> dict:
-        source = hashlib.sha256(item["source"].encode("utf-8")).hexdigest()[:16]
-        return {"question_id": item["question_id"], "round": item["round"], "source_sha256": source}
+        return rewrite_key(item)
 
     def prompt(self, item: dict) -> GenerationRequest:
         examples = "\n\n".join(f"Question: {q}\nDocument: {d}" for q, d in self.demos)
@@ -185,8 +190,7 @@ class FTRewriteStep:
     version: str = field(default="qream_ft_v1", init=False)
 
     def key(self, item: dict) -> dict:
-        source = hashlib.sha256(item["source"].encode("utf-8")).hexdigest()[:16]
-        return {"question_id": item["question_id"], "round": item["round"], "source_sha256": source}
+        return rewrite_key(item)
 
     def prompt(self, item: dict) -> GenerationRequest:
         return GenerationRequest(
