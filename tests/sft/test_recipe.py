@@ -86,6 +86,10 @@ def test_full_run_changes_weights_and_writes_the_run_folder(data: Path, smollm2_
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {row["step"] for row in logged if "loss" in row} == {1, 2}
     assert any("eval_task_parse_rate" in row for row in logged)
+    generations = sorted(p.name for p in (out / "task_eval").glob("*.jsonl"))
+    assert generations == ["step_000000.jsonl", "step_000002.jsonl"]
+    rows = [json.loads(line) for line in (out / "task_eval" / "step_000002.jsonl").read_text().splitlines()]
+    assert rows and {"question_id", "doc_id", "teacher_score", "student_score", "text"} <= set(rows[0])
     assert (out / "final" / "tokenizer_config.json").is_file() and (
         out / "final" / "chat_template.jinja"
     ).is_file()

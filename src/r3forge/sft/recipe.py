@@ -14,7 +14,8 @@ What the recipe fixes on top of TRL:
 - bf16 on GPUs (TRL's default), fp32 on CPU (the CPU configs set `bf16: false`); `dtype: auto` loads the
   weights in the training precision; gradient checkpointing from the config;
 - task metrics at every evaluation, before the first step and at the end (`taskeval.TaskEval`);
-- the run folder of `run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/);
+- the run folder of `run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/), and each
+  evaluation's per-row generations in task_eval/step_<N>.jsonl;
 - `resume_from_checkpoint: auto` continues from the last checkpoint; a folder holding a run is refused.
 """
 
@@ -112,7 +113,8 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     if script.task != "generic" and held is not None and script.task_eval_samples > 0:
         rows = whole_questions(list(held), script.task_eval_samples)
         task_eval = TaskEval(trainer, rows, script.task, script.task_eval_max_new_tokens,
-                             script.task_eval_batch_size, script.reader_model, script.reader_few_shot)  # fmt: skip
+                             script.task_eval_batch_size, (script.reader_model, script.reader_few_shot),
+                             out / "task_eval")  # fmt: skip
         task_eval.at_start = script.task_eval_at_start and resume is None
         trainer.add_callback(task_eval)
 

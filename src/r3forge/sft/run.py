@@ -84,6 +84,15 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """One JSON object a line, written atomically (the folder is created); NaN becomes null."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    text = "".join(json.dumps(_finite(row), default=str) + "\n" for row in rows)
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
 def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora: bool) -> dict[str, Any]:
     return {
         "recipe": recipe,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
@@ -25,6 +26,7 @@ from r3forge.backends.hf_local import HFLocalBackend, HFLocalConfig
 from r3forge.metrics.ranking import spearman
 from r3forge.qream.rewrite import strip_echo, trim_generation
 from r3forge.qream.score import ReaderStep
+from r3forge.sft.run import write_jsonl
 from r3forge.synth.engine import Rejected
 
 K_VALUES = (1, 3, 5)
@@ -53,35 +55,45 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[list[dict]], max_new_
     return [r.choices[0] for r in backend.generate(requests)]
 
 
-def verbal_metrics(
-    rows: Sequence[dict], choices: Sequence[Choice], tokenizer: Any = None
-) -> dict[str, float]:
-    """Parse rate, score accuracy, Spearman vs the teacher's `score` and NDCG@k vs `relevance`.
+def verbal_records(rows: Sequence[dict], choices: Sequence[Choice], tokenizer: Any = None) -> list[dict]:
+    """One record a row: the student's text, its parsed score (None when unparsed) and score-token logprob,
+    next to the teacher's score and the gold relevance."""
+    decode = token_decoder(tokenizer)
+    records = []
+    for row, choice in zip(rows, choices, strict=True):
+        p = parse_annotation(choice.text)
+        score, logprob = None, None
+        if isinstance(p, ParsedAnnotation):
+            score = p.score
+            idx = score_token_index(choice, p.score_offset, decode)
+            logprob = choice.logprobs[idx] if idx is not None and choice.logprobs else None
+        records.append({"question_id": row["question_id"], "doc_id": row["doc_id"],
+                        "teacher_score": int(row["score"]), "relevance": row.get("relevance"),
+                        "student_score": score, "score_logprob": logprob, "text": choice.text})  # fmt: skip
+    return records
+
+
+def verbal_metrics(records: Sequence[dict]) -> dict[str, float]:
+    """Parse rate, score accuracy, Spearman vs the teacher's score and NDCG@k vs `relevance`, from
+    `verbal_records`. An unparsed output counts as wrong and ranks last.
 
     >>> rows = [{"question_id": "q", "doc_id": d, "score": s, "relevance": r} for d, s, r in
     ...         [("a", 5, 2), ("b", 1, 0), ("c", 2, 0)]]
     >>> outs = ["Comment: has it.\\nScore: 5", "Comment: no.\\nScore: 2", "no format"]
-    >>> m = verbal_metrics(rows, [Choice(t, [], [], [], "stop") for t in outs])
+    >>> m = verbal_metrics(verbal_records(rows, [Choice(t, [], [], [], "stop") for t in outs]))
     >>> m["parse_rate"], m["score_accuracy"], m["ndcg@1"]
     (0.6667, 0.3333, 1.0)
     """
-    decode = token_decoder(tokenizer)
-    student, teacher, ranked, parsed, correct = [], [], [], 0, 0
-    for i, (row, choice) in enumerate(zip(rows, choices, strict=True)):
-        p = parse_annotation(choice.text)
-        score, logprob = 0, None
-        if isinstance(p, ParsedAnnotation):
-            parsed, correct, score = parsed + 1, correct + (p.score == int(row["score"])), p.score
-            idx = score_token_index(choice, p.score_offset, decode)
-            logprob = choice.logprobs[idx] if idx is not None and choice.logprobs else None
-            student.append(p.score)
-            teacher.append(int(row["score"]))
-        ranked.append({"question_id": row["question_id"], "doc_id": row["doc_id"], "score": score,
-                       "score_logprob": logprob, "relevance": row.get("relevance"), "rank": i})  # fmt: skip
-    n = max(len(rows), 1)
-    out = {"parse_rate": round(parsed / n, 4), "score_accuracy": round(correct / n, 4)}
+    parsed = [r for r in records if r["student_score"] is not None]
+    n = max(len(records), 1)
+    correct = sum(r["student_score"] == r["teacher_score"] for r in parsed)
+    out = {"parse_rate": round(len(parsed) / n, 4), "score_accuracy": round(correct / n, 4)}
+    student, teacher = [r["student_score"] for r in parsed], [r["teacher_score"] for r in parsed]
     rho = spearman(student, teacher) if len(student) >= 2 else math.nan
     out["spearman"] = round(rho, 4) if not math.isnan(rho) else math.nan
+    ranked = [{"question_id": r["question_id"], "doc_id": r["doc_id"], "score": r["student_score"] or 0,
+               "score_logprob": r["score_logprob"], "relevance": r["relevance"], "rank": i}
+              for i, r in enumerate(records)]  # fmt: skip
     ndcg = agreement(ranked, k_values=K_VALUES)
     out |= {f"ndcg@{k}": ndcg[f"ndcg@{k}"] for k in K_VALUES if f"ndcg@{k}" in ndcg}
     return out
@@ -92,9 +104,12 @@ def rewrite_text(choice: Choice) -> str:
     return trim_generation(strip_echo(choice.text), choice.finish_reason == "length")[0]
 
 
-def qream_metrics(rows: Sequence[dict], rewrites: Sequence[str], reader: Any, few_shot: bool = True) -> dict:
-    """Reader F1 from the student's rewrites and from the golden rewrites (`completion`), and the share of
-    empty rewrites. `rows` need `question`, `answers`; `reader` is a GenerationBackend."""
+def qream_records(
+    rows: Sequence[dict], rewrites: Sequence[str], reader: Any, few_shot: bool = True
+) -> list[dict]:
+    """A fixed reader answers each question from the student's rewrite and from the golden rewrite
+    (`completion`); one record a row with both token F1s. `rows` need `question`, `answers`; `reader` is a
+    GenerationBackend."""
     step = ReaderStep(few_shot=few_shot)
     items = []
     for i, (row, rewrite) in enumerate(zip(rows, rewrites, strict=True)):
@@ -104,39 +119,59 @@ def qream_metrics(rows: Sequence[dict], rewrites: Sequence[str], reader: Any, fe
     results = reader.generate([step.prompt(item) for item in items])
     f1 = [0.0 if isinstance(out := step.parse(item, r), Rejected) else out["s_perf"]
           for item, r in zip(items, results, strict=True)]  # fmt: skip
-    n = max(len(rows), 1)
-    return {"reader_f1": round(sum(f1[0::2]) / n, 4), "reader_f1_golden": round(sum(f1[1::2]) / n, 4),
-            "empty_rewrites": round(sum(not r for r in rewrites) / n, 4)}  # fmt: skip
+    return [{"question": row["question"], "answers": list(row["answers"]), "rewrite": rewrite,
+             "reader_f1": f1[2 * i], "reader_f1_golden": f1[2 * i + 1]}
+            for i, (row, rewrite) in enumerate(zip(rows, rewrites, strict=True))]  # fmt: skip
+
+
+def qream_metrics(records: Sequence[dict]) -> dict[str, float]:
+    """Mean reader F1 from the student's and the golden rewrites, and the share of empty rewrites.
+
+    >>> qream_metrics([{"rewrite": "x", "reader_f1": 1.0, "reader_f1_golden": 0.5},
+    ...                {"rewrite": "", "reader_f1": 0.0, "reader_f1_golden": 0.5}])
+    {'reader_f1': 0.5, 'reader_f1_golden': 0.5, 'empty_rewrites': 0.5}
+    """
+    n = max(len(records), 1)
+    return {"reader_f1": round(sum(r["reader_f1"] for r in records) / n, 4),
+            "reader_f1_golden": round(sum(r["reader_f1_golden"] for r in records) / n, 4),
+            "empty_rewrites": round(sum(not r["rewrite"] for r in records) / n, 4)}  # fmt: skip
 
 
 class TaskEval(TrainerCallback):
-    """Task metrics at each evaluation (and at the start), logged through `trainer.log` as eval_task_*."""
+    """Task metrics at each evaluation (and at the start), logged through `trainer.log` as eval_task_*; with
+    `out_dir`, each evaluation's per-row generations go to `<out_dir>/step_<N>.jsonl`."""
 
     def __init__(self, trainer: Any, rows: Sequence[dict], task: str, max_new_tokens: int = 128,
-                 batch_size: int = 16, reader_model: str = "", reader_few_shot: bool = True) -> None:  # fmt: skip
+                 batch_size: int = 16, reader: tuple[str, bool] = ("", True), out_dir: Path | None = None) -> None:  # fmt: skip
         self.trainer, self.rows, self.task = trainer, list(rows), task
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
-        self.reader_model, self.reader_few_shot = reader_model, reader_few_shot
+        self.reader_model, self.reader_few_shot = reader
+        self.out_dir = out_dir
         self._reader: HFLocalBackend | None = None
         self.at_start = True
         self.history: list[dict] = []
 
-    def compute(self, model: Any) -> dict[str, float]:
+    def compute(self, model: Any) -> tuple[dict[str, float], list[dict]]:
+        """(metrics, per-row records) of the model as it is now."""
         tokenizer = self.trainer.processing_class
         prompts = [row["prompt"] for row in self.rows]
         choices = generate(model, tokenizer, prompts, self.max_new_tokens, self.batch_size)
         if self.task == "verbal":
-            return verbal_metrics(self.rows, choices, tokenizer)
+            records = verbal_records(self.rows, choices, tokenizer)
+            return verbal_metrics(records), records
         if self._reader is None:
             device = str(next(model.parameters()).device)
             self._reader = HFLocalBackend.from_config(HFLocalConfig(model=self.reader_model, device=device))
-        return qream_metrics(
-            self.rows, [rewrite_text(c) for c in choices], self._reader, self.reader_few_shot
-        )
+        rewrites = [rewrite_text(c) for c in choices]
+        records = qream_records(self.rows, rewrites, self._reader, self.reader_few_shot)
+        return qream_metrics(records), records
 
     def _log(self, model: Any, step: int) -> None:
-        metrics = {f"eval_task_{k}": v for k, v in self.compute(model).items()}
+        values, records = self.compute(model)
+        metrics = {f"eval_task_{k}": v for k, v in values.items()}
         self.history.append({"step": step, **metrics})
+        if self.out_dir is not None and self.trainer.is_world_process_zero():
+            write_jsonl(self.out_dir / f"step_{step:06d}.jsonl", records)
         self.trainer.log(metrics)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
