@@ -474,3 +474,15 @@ def test_vllm_loads_the_full_export(full_export: Path):
         engine.close()
     assert result.choices[0].token_ids == expected[0].choices[0].token_ids
     assert result.choices[0].text
+
+
+def test_full_finetune_of_the_embedded_model_names_its_upstream_repo(tmp_path: Path):
+    """A full fine-tune's card carries the embedded model's upstream repo as lineage; an adapter's does not
+    (its base weights are the dequantized GGUF, not the upstream ones)."""
+    from r3forge.release.card import base_hub_id
+    from r3forge.release.export import RunInfo
+
+    run = RunInfo(tmp_path, {"base_model": "smollm2-135m-instruct", "base_model_id": None}, {}, {})
+    assert base_hub_id(run) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert base_hub_id(run, adapter=True) is None
+    assert base_hub_id(RunInfo(tmp_path, {"base_model": "/models/mine"}, {}, {})) is None

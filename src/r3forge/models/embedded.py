@@ -53,6 +53,7 @@ class EmbeddedModel:
     source: str  # file (GGUF) or folder inside the module, relative to the module directory
     source_sha256: str | None  # checksum of the source GGUF (folders are checked file by file after copy)
     description: str
+    hub_id: str = ""  # the upstream Hub repository the weights come from (model cards' base_model)
 
 
 SMOLLM2 = EmbeddedModel(
@@ -64,6 +65,7 @@ SMOLLM2 = EmbeddedModel(
     source="SmolLM2-135M-Instruct.Q4_1.gguf",
     source_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     description="HuggingFaceTB/SmolLM2-135M-Instruct, dequantized from GGUF Q4_1 to float32",
+    hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
 )
 MINILM = EmbeddedModel(
     name="all-minilm-l6-v2",
@@ -74,6 +76,7 @@ MINILM = EmbeddedModel(
     source="model",
     source_sha256=None,
     description="sentence-transformers/all-MiniLM-L6-v2 (384-d sentence embeddings)",
+    hub_id="sentence-transformers/all-MiniLM-L6-v2",
 )
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {m.name: m for m in (SMOLLM2, MINILM)}
 

@@ -75,9 +75,15 @@ def hub_id(name: str | None) -> str | None:
     return name
 
 
-def base_hub_id(run: RunInfo) -> str | None:
-    """The base model's Hub id: run.json's `base_model_id`, else `base_model` when it is one."""
-    return run.meta.get("base_model_id") or hub_id(run.meta["base_model"])
+def base_hub_id(run: RunInfo, adapter: bool = False) -> str | None:
+    """The base model's Hub id: run.json's `base_model_id`, else `base_model` when it is one; for a full
+    fine-tune of an embedded model, its upstream repo (lineage only: the embedded weights are dequantized from
+    GGUF, so an adapter is not pointed at the upstream weights)."""
+    base = run.meta["base_model"]
+    known = run.meta.get("base_model_id") or hub_id(base)
+    if known or adapter or base not in EMBEDDED_MODELS:
+        return known
+    return EMBEDDED_MODELS[base].hub_id or None
 
 
 def default_license(run: RunInfo) -> str:
@@ -115,7 +121,7 @@ def _license_of(card: str) -> str | None:
 def front_matter(run: RunInfo, license: str, adapter: bool) -> dict[str, Any]:
     """The card's Hub metadata."""
     meta: dict[str, Any] = {}
-    if base := base_hub_id(run):
+    if base := base_hub_id(run, adapter):
         meta["base_model"] = base
         meta["base_model_relation"] = "adapter" if adapter else "finetune"
     datasets = [d for d in run.meta.get("datasets") or [] if hub_id(d)]
