@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "r3forge.sft.recipe:cli",
         "SFT distillation (verbal reranker, QREAM-FT): TRL SFTTrainer, full or LoRA, task metrics.",
     ),
+    "train-cross-encoder": (
+        "r3forge.rerank.train_cross:cli",
+        "Train a cross-encoder reranker from the embedded MiniLM on HotpotQA-format gold passages.",
+    ),
     "export": (
         "r3forge.release.cli:main",
         "SFT run folder -> release folder (weights, tokenizer, chat template, model card); optional Hub push.",
@@ -43,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rewrite": (
         "r3forge.qream.apply:cli",
         "QREAM-ICL or a QREAM-FT checkpoint as a post-retrieval step; reader EM/F1/TK before and after.",
+    ),
+    "eval": (
+        "r3forge.evalrag.cli:main",
+        "Single-turn RAG evaluation: IGP, verbal reranker and baselines over Top-M / T_p sweeps; table + plots.",
     ),
     "demo": (
         "r3forge.demo:cli",
