@@ -72,6 +72,9 @@ class HFLocalBackend:
         return self.tokenizer(request.prompt, add_special_tokens=True)["input_ids"]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Results in request order. Requests that share sampling settings are batched shortest prompt first:
+        a batch is left-padded to its longest prompt, and on CPU the padded prefill is most of the cost."""
+        prompts = [self.encode(r) for r in requests]
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, request in enumerate(requests):
             groups[request.sampling_key()].append(i)
@@ -80,9 +83,10 @@ class HFLocalBackend:
         self.model.eval()
         try:
             for indices in groups.values():
+                indices = sorted(indices, key=lambda i: len(prompts[i]))  # stable: ties keep request order
                 for start in range(0, len(indices), self.batch_size):
                     chunk = indices[start : start + self.batch_size]
-                    outputs = self._generate_batch([requests[i] for i in chunk])
+                    outputs = self._generate_batch([requests[i] for i in chunk], [prompts[i] for i in chunk])
                     for i, out in zip(chunk, outputs, strict=True):
                         results[i] = out
         finally:
@@ -107,10 +111,12 @@ class HFLocalBackend:
         )
 
     @torch.inference_mode()
-    def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        """Requests that share one sampling key; each prompt is repeated for its n samples (once if greedy)."""
+    def _generate_batch(
+        self, requests: Sequence[GenerationRequest], prompts: Sequence[list[int]]
+    ) -> list[GenerationResult]:
+        """Requests that share one sampling key, with their prompt ids; each prompt is repeated for its n
+        samples (once if greedy)."""
         first, reps = requests[0], requests[0].distinct_samples
-        prompts = [self.encode(r) for r in requests]
         rows = [ids for ids in prompts for _ in range(reps)]  # B*n prompts, request-major
         batch = self.tokenizer.pad(
             {"input_ids": rows}, padding=True, padding_side="left", return_tensors="pt"
