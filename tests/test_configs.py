@@ -8,6 +8,7 @@ import yaml
 from r3forge.annotate.jobs import JUDGE_CONFIGS, PARAPHRASE_CONFIGS, VERBAL_CONFIGS
 from r3forge.config import parse_config
 from r3forge.demo import DemoConfig
+from r3forge.evalrag.pipeline import EVAL_CONFIGS
 from r3forge.qream.apply import REWRITE_CONFIGS
 from r3forge.qream.pipeline import QREAM_CONFIGS
 from r3forge.sft.config import SFT_CONFIGS
@@ -25,6 +26,10 @@ CLASSES = {
     "rewrite/qream_ft_llama32_1b.yaml": REWRITE_CONFIGS,
     "sft/verbal_reranker_cpu.yaml": SFT_CONFIGS,
     "sft/qream_ft_cpu.yaml": SFT_CONFIGS,
+    "eval/igp_hotpotqa_cpu.yaml": EVAL_CONFIGS,
+    "eval/igp_hotpotqa_bm25_cpu.yaml": EVAL_CONFIGS,
+    "eval/igp_world_cpu.yaml": EVAL_CONFIGS,
+    "eval/igp_qwen2.5-7b_vllm.yaml": EVAL_CONFIGS,
 }
 # GPU recipes: bf16 is refused on a machine without a GPU, so they are parsed with it switched off
 GPU_CLASSES = {

@@ -45,6 +45,7 @@ from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted, load_rejected
 
 K_VALUES = (1, 3, 5)
+EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, TeacherConfig)
 
 
 def load_questions(config: EvalRagConfig) -> list[dict]:
@@ -293,7 +294,5 @@ def eval_main(
 
 
 def cli(argv: list[str]) -> int:
-    eval_main(
-        *parse_config((EvalRagConfig, RerankModelsConfig, TeacherConfig), argv, prog="r3forge eval rag")
-    )
+    eval_main(*parse_config(EVAL_CONFIGS, argv, prog="r3forge eval rag"))
     return 0
