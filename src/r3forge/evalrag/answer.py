@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from r3forge.backends.base import GenerationRequest, GenerationResult
-from r3forge.metrics.qa import exact_match, f1_score
+from r3forge.metrics.qa import exact_match, f1_score, short_answer
 from r3forge.synth.engine import Rejected
 
 ANSWER_VERSION = "rag_answer_v1"
@@ -34,7 +33,6 @@ DEMOS = (
      "When was the Eiffel Tower completed?", "1889"),
     (["Hamlet is a tragedy by William Shakespeare, set in Denmark."], "Who wrote Hamlet?", "William Shakespeare"),
 )  # fmt: skip
-_PREFIX = re.compile(r"^[\s*_#>`]*(?:final\s+)?answer[\s*_]*:[\s*_]*", re.IGNORECASE)
 
 
 def prompt_text(question: str, documents: list[str]) -> str:
@@ -54,16 +52,6 @@ def prompt_text(question: str, documents: list[str]) -> str:
         return f"{CLOSED_BOOK}\n\nQuestion: {question}"
     block = "\n".join(f"[{i}] {d}" for i, d in enumerate(documents, 1))
     return f"{INSTRUCTION}\n\nDocuments:\n{block}\n\nQuestion: {question}"
-
-
-def clean_answer(text: str) -> str:
-    """The first non-empty line, without an 'Answer:' prefix or trailing period.
-
-    >>> clean_answer("Answer: Paris.\\nIt is the capital.")
-    'Paris'
-    """
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return _PREFIX.sub("", lines[0]).strip(" *_.") if lines else ""
 
 
 def evidence_sha(documents: list[str]) -> str:
@@ -99,7 +87,7 @@ class AnswerStep:
         return GenerationRequest(prompt=text + self.cue, temperature=0.0, max_tokens=self.max_tokens)
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
-        answer = clean_answer(result.choices[0].text)
+        answer = short_answer(result.choices[0].text)
         if not answer:
             return Rejected("empty_answer", "the generator gave no answer")
         golds = list(item["answers"])

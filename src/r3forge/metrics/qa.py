@@ -22,9 +22,21 @@ from collections.abc import Sequence
 import numpy as np
 
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
+_ANSWER_PREFIX = re.compile(r"^[\s*_#>`]*(?:final\s+)?answer[\s*_]*:[\s*_]*", re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 Golds = str | Sequence[str]
+
+
+def short_answer(text: str) -> str:
+    """A generated answer as it is scored: the first non-empty line, without an "Answer:" prefix (markdown
+    emphasis allowed) or trailing period/emphasis; "" when there is no text.
+
+    >>> short_answer("**Answer:** Paris.\\nIt is the capital.")
+    'Paris'
+    """
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return _ANSWER_PREFIX.sub("", lines[0]).strip(" *_.") if lines else ""
 
 
 def normalize_answer(s: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r3forge.backends.base import GenerationRequest, GenerationResult
-from r3forge.metrics.qa import normalize_answer
+from r3forge.metrics.qa import normalize_answer, short_answer
 from r3forge.qream.select import hard_filter, s_fact, s_perf
 from r3forge.synth.engine import Rejected
 
@@ -43,7 +43,6 @@ JUDGE_PROMPT = (
     "Reference text:\n{raw}\n\nClaim: {fact}\n\nIs the claim supported by the reference text? Answer with "
     "one word, yes or no."
 )
-_ANSWER = re.compile(r"^[\s*_#>`]*(?:final\s+)?answer[\s*_]*:[\s*_]*", re.IGNORECASE)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<fact>.+?)\s*$")
 _SENTENCE = re.compile(r"[^.!?]+[.!?]+(?=\s|$)")
 _VERDICT = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
@@ -102,8 +101,7 @@ class ReaderStep:
                                  max_tokens=self.max_tokens)  # fmt: skip
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
-        lines = [line for line in result.choices[0].text.strip().splitlines() if line.strip()]
-        answer = _ANSWER.sub("", lines[0]).strip(" *_.") if lines else ""
+        answer = short_answer(result.choices[0].text)
         if not answer:
             return Rejected("empty_answer", "the reader gave no answer")
         golds = list(item["answers"])
