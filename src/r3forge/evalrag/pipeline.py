@@ -38,9 +38,9 @@ from r3forge.evalrag.config import THRESHOLDED, EvalRagConfig, RerankModelsConfi
 from r3forge.evalrag.rankers import score_method
 from r3forge.evalrag.report import write_report
 from r3forge.igp.select import SelectConfig, ig_stats, igp_select, rerank_by_ig, truncate
-from r3forge.metrics.efficiency import count_tokens
+from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.ranking import ndcg_at_k, recall_at_k
-from r3forge.rerank import Candidate, order, passage
+from r3forge.rerank import Candidate, RerankOutput, order, passage
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted, load_rejected
 
@@ -51,9 +51,8 @@ EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, TeacherConfig)
 def load_questions(config: EvalRagConfig) -> list[dict]:
     """Questions with their N candidates: {"id", "question", "answers", "candidates": [Candidate]}."""
     folder = Path(config.qa_path)
-    if (
-        folder / "dataset_info.json"
-    ).is_file():  # a saved canonical Dataset, e.g. the synthetic world's hf/questions
+    # a saved canonical Dataset (the synthetic world's hf/questions), else a QA file for load_qa
+    if (folder / "dataset_info.json").is_file():
         records = datasets.load_from_disk(str(folder))
     else:
         records = load_qa(config.qa_path, config.qa_format)
@@ -102,6 +101,11 @@ def ranking_metrics(ranking: list[str], qrels: dict[str, int] | None) -> dict[st
     return out
 
 
+def select_config(m: int, t: float, config: EvalRagConfig) -> SelectConfig:
+    return SelectConfig(threshold=t, top_m=m, token_budget=config.token_budget, min_pass=config.min_pass,
+                        gate_nu=config.gate_nu)  # fmt: skip
+
+
 def select_points(method: str, scored: dict, tokens: list[int], config: EvalRagConfig) -> list[dict]:
     """Every sweep point of one question and method: {"top_m", "threshold", "indices", "ranking", "mode"}.
     `scored`: the method's saved scores of the question (see `rankers.score_method`)."""
@@ -111,19 +115,13 @@ def select_points(method: str, scored: dict, tokens: list[int], config: EvalRagC
     for m in config.top_m:
         for t in thresholds:
             mode = None
-            if method in ("igp", "ig"):
-                ranking = rerank_by_ig(scored["ig"])
-                if method == "igp":
-                    cfg = SelectConfig(threshold=t, top_m=m, token_budget=config.token_budget,
-                                       min_pass=config.min_pass, gate_nu=config.gate_nu)  # fmt: skip
-                    sel = igp_select(scored["ig"], scored["nu_question"], tokens, cfg)
-                    kept, mode = sel.indices, sel.mode
-                else:
-                    kept = truncate(ranking, tokens, m, config.token_budget)
+            if method == "igp":
+                sel = igp_select(scored["ig"], scored["nu_question"], tokens, select_config(m, t, config))
+                kept, mode, ranking = sel.indices, sel.mode, rerank_by_ig(scored["ig"])
             elif method == "igp_set":
-                kept, mode, ranking = set_selection(scored, tokens, m, t, config)
+                kept, mode, ranking = set_selection(scored, tokens, select_config(m, t, config))
             else:
-                ranking = order_of(scored)
+                ranking = rerank_by_ig(scored["ig"]) if method == "ig" else order_of(scored)
                 kept = truncate(ranking, tokens, m, config.token_budget)
             if mode in ("skipped_certain", "fallback_pass_rate"):
                 ranking = retriever
@@ -132,27 +130,24 @@ def select_points(method: str, scored: dict, tokens: list[int], config: EvalRagC
 
 
 def order_of(scored: dict) -> list[int]:
-    from r3forge.rerank import RerankOutput
-
     return order(RerankOutput(scores=scored["scores"], tiebreak=scored.get("tiebreak")))
 
 
-def set_selection(scored: dict, tokens: list[int], m: int, t: float, config: EvalRagConfig) -> tuple:
+def set_selection(scored: dict, tokens: list[int], select: SelectConfig) -> tuple[list[int], str, list[int]]:
     """Set-aware greedy picks (computed once with T_p = -inf and the largest M): the prefix whose every
-    round gain is >= T_p, at most M, then B; gating as in plain IGP. Returns (kept, mode, ranking)."""
-    picks, gains, ig = scored["picks"], scored["gains"], scored["ig"]
-    rest = [i for i in rerank_by_ig(ig) if i not in picks]
-    retriever = list(range(len(tokens)))
-    if config.gate_nu is not None and scored["nu_question"] < config.gate_nu:
-        return truncate(retriever, tokens, m, config.token_budget), "skipped_certain", retriever
-    if sum(g >= t for g in ig) < config.min_pass:
-        return truncate(retriever, tokens, m, config.token_budget), "fallback_pass_rate", retriever
+    round gain is >= T_p, at most M, then B. The gates are plain IGP's, on round 0's IG (`igp_select`).
+    Returns (kept, mode, ranking)."""
+    gated = igp_select(scored["ig"], scored["nu_question"], tokens, select)
+    if gated.mode != "igp":
+        return gated.indices, gated.mode, list(range(len(tokens)))
+    picks = scored["picks"]
     prefix = []
-    for i, g in zip(picks, gains, strict=True):
-        if g < t:
+    for i, g in zip(picks, scored["gains"], strict=True):
+        if g < select.threshold:
             break
         prefix.append(i)
-    return truncate(prefix, tokens, m, config.token_budget), "igp", picks + rest
+    rest = [i for i in rerank_by_ig(scored["ig"]) if i not in picks]
+    return truncate(prefix, tokens, select.top_m, select.token_budget), "igp", picks + rest
 
 
 def evidence(
@@ -187,7 +182,7 @@ def sweep_rows(questions: list[dict], scores: dict[str, dict], tokens: dict[str,
     """(rows without answers, answer items): one row per question x method x sweep point."""
     rows, items, dataset = [], {}, config.dataset or Path(config.qa_path).stem
     for q in questions:
-        qrels = graded(q["candidates"])
+        qrels, ids = graded(q["candidates"]), [c.id for c in q["candidates"]]
         for method in config.methods:
             scored = scores[method][q["id"]]
             for p in select_points(method, scored, tokens[q["id"]], config):
@@ -196,7 +191,6 @@ def sweep_rows(questions: list[dict], scores: dict[str, dict], tokens: dict[str,
                         "documents": docs}  # fmt: skip
                 key = (q["id"], evidence_sha(docs))
                 items[key] = item
-                ids = [c.id for c in q["candidates"]]
                 rows.append({"dataset": dataset, "question_id": q["id"], "method": method, "top_m": p["top_m"],
                              "threshold": p["threshold"], "token_budget": config.token_budget,
                              "selected": [ids[i] for i in p["indices"]], "evidence_tokens":
@@ -259,22 +253,17 @@ def eval_main(
         if hasattr(generator.backend, "batch_size"):
             generator.backend.batch_size = config.batch_size
         tokenizer = generator.tokenizer
-        tokens = {}
-        for q in questions:
-            texts = [passage(c) for c in q["candidates"]]
-            tokens[q["id"]] = ([int(n) for n in count_tokens(texts, tokenizer)] if tokenizer is not None
-                               else [len(t.split()) for t in texts])  # fmt: skip
+        tokens = {q["id"]: input_tokens([passage(c) for c in q["candidates"]], tokenizer) for q in questions}
         write_jsonl(out / "questions.jsonl", [
             {"id": q["id"], "question": q["question"], "answers": q["answers"],
              "candidates": [{"id": c.id, "title": c.title, "relevance": c.relevance, "tokens": n}
                             for c, n in zip(q["candidates"], tokens[q["id"]], strict=True)]}
             for q in questions])  # fmt: skip
-        scores = {}
+        scores, nu_cache = {}, {}  # NU(q) of every question, shared by the probing methods
         for method in config.methods:
             start = time.perf_counter()
-            scores[method] = score_method(
-                method, questions, config, models, (generator_cfg, generator), stack
-            )
+            roles = (generator_cfg, generator)
+            scores[method] = score_method(method, questions, config, models, roles, stack, nu_cache)
             timings[f"score_{method}_s"] = round(time.perf_counter() - start, 2)
         rows, items = sweep_rows(questions, scores, tokens, config)
         start = time.perf_counter()

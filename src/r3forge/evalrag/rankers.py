@@ -83,10 +83,11 @@ def read_saved(path: Path) -> dict[str, dict]:
 
 
 def score_method(method: str, questions: list[dict], config: EvalRagConfig, models: RerankModelsConfig,
-                 roles: tuple[TeacherConfig, Teacher], stack: ExitStack) -> dict[str, dict]:  # fmt: skip
+                 roles: tuple[TeacherConfig, Teacher], stack: ExitStack, nu_cache: dict) -> dict[str, dict]:  # fmt: skip
     """question id -> scored. Saved per question in `rerank/<method>-<settings hash>.jsonl` as each chunk
     finishes: a killed or extended run (more questions, new T_p or M) scores only what is missing.
-    `roles`: the generator's config and the open generator."""
+    `roles`: the generator's config and the open generator; `nu_cache`: question -> NU(q), one dict per run,
+    so IG and set-aware IGP probe each question's NU(q) once."""
     folder = Path(config.output_dir) / "rerank"
     folder.mkdir(parents=True, exist_ok=True)
     name = PROBES.get(method, method)
@@ -97,7 +98,7 @@ def score_method(method: str, questions: list[dict], config: EvalRagConfig, mode
     if not todo:
         return out
     chunks = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
-    compute = scorer(method, config, models, roles, stack)
+    compute = scorer(method, config, models, roles, stack, nu_cache)
     with open(path, "a", encoding="utf-8") as f:
         for chunk in tqdm(chunks, desc=f"score {name}", disable=not config.progress, file=sys.stderr):
             scored = compute(chunk)
@@ -122,11 +123,10 @@ def reranker_llm(models: RerankModelsConfig, generator_cfg: TeacherConfig, gener
 
 
 def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles: tuple[TeacherConfig, Teacher],
-           stack: ExitStack) -> Any:  # fmt: skip
+           stack: ExitStack, nu_cache: dict) -> Any:  # fmt: skip
     """A function chunk -> {question id: scored} for `method`."""
     generator_cfg, generator = roles
     probe = ProbeConfig(k=config.probe_k, max_steps=config.probe_max_steps)
-    nu_cache: dict = {}
     if method in ("ig", "igp"):
         return lambda chunk: _ig(chunk, generator, probe, nu_cache)
     if method == "igp_set":

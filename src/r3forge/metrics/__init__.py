@@ -1,6 +1,6 @@
 """Metrics for answers (EM, F1, cover), rankings (NDCG, Recall, Precision, MRR, Spearman) and cost (TK, NTE)."""
 
-from r3forge.metrics.efficiency import count_tokens, nte
+from r3forge.metrics.efficiency import count_tokens, input_tokens, nte
 from r3forge.metrics.qa import (
     answer_in_text,
     cover_batch,
@@ -9,6 +9,7 @@ from r3forge.metrics.qa import (
     f1_batch,
     f1_score,
     normalize_answer,
+    short_answer,
 )
 from r3forge.metrics.ranking import (
     mrr,
@@ -30,6 +31,7 @@ __all__ = [
     "exact_match_batch",
     "f1_batch",
     "f1_score",
+    "input_tokens",
     "mrr",
     "mrr_batch",
     "ndcg_at_k",
@@ -40,5 +42,6 @@ __all__ = [
     "precision_batch",
     "recall_at_k",
     "recall_batch",
+    "short_answer",
     "spearman",
 ]

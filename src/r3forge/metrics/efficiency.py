@@ -44,6 +44,18 @@ def count_tokens(
     return np.array([len(ids) for ids in enc["input_ids"]], dtype=np.int64)
 
 
+def input_tokens(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase | None) -> list[int]:
+    """TK of each text under `tokenizer`, or its whitespace word count when there is none (an HTTP backend
+    run without a tokenizer).
+
+    >>> input_tokens(["a b c", ""], None)
+    [3, 0]
+    """
+    if tokenizer is None:
+        return [len(t.split()) for t in texts]
+    return [int(n) for n in count_tokens(list(texts), tokenizer)]
+
+
 def nte(f1: float, tk: float, baseline_f1: float, baseline_tk: float) -> float:
     """Normalized token efficiency: ``(f1 / tk) / (baseline_f1 / baseline_tk)``.
 

@@ -28,7 +28,7 @@ from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
 from r3forge.config import parse_config
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
-from r3forge.metrics.efficiency import count_tokens
+from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.qa import exact_match, f1_score
 from r3forge.qream.pipeline import _mean, _stage, raw_retrievals, role
 from r3forge.qream.rewrite import FTRewriteStep, RewriteStep, rewrite_item
@@ -154,12 +154,6 @@ def read_both(config: RewriteConfig, targets: list[dict], evidence: dict[str, di
     return {(a["question_id"], a["round"], a["document_sha256"]): a["answer"] for a in load_accepted(folder)}
 
 
-def _tokens(texts: list[str], tokenizer: Any) -> list[int]:
-    if tokenizer is None:
-        return [len(t.split()) for t in texts]
-    return [int(n) for n in count_tokens(texts, tokenizer)]
-
-
 def evidence_rows(targets: list[dict], evidence: dict[str, dict], tokenizer: Any) -> list[dict]:
     """Per-question rows: r_raw, the rewrite (None on failure), the fallback reason, and the tokens (TK) of
     r_raw and of the evidence after the step (whitespace words without a tokenizer)."""
@@ -167,7 +161,7 @@ def evidence_rows(targets: list[dict], evidence: dict[str, dict], tokenizer: Any
     for r in targets:
         q = str(r["id"])
         e = evidence[q]
-        tk_raw, tk_new = _tokens([e["raw"], e["evidence"]], tokenizer)
+        tk_raw, tk_new = input_tokens([e["raw"], e["evidence"]], tokenizer)
         rows.append({"question_id": q, "question": r["question"], "answers": list(r.get("answers") or []),
                      "raw": e["raw"], "rewrite": e["rewrite"], "fallback": e["fallback"],
                      "tk_raw": tk_raw, "tk_rewrite": tk_new})  # fmt: skip
