@@ -17,27 +17,13 @@ DOCS = [["Hamlet is a tragedy by William Shakespeare.", "The Nile is a river in 
         ["Lima is the capital and largest city of Peru."]]  # fmt: skip
 
 
-class CountingBackend:
-    """The real backend, counting its generate calls and requests."""
-
-    def __init__(self, backend: HFLocalBackend) -> None:
-        self.backend, self.calls, self.requests, self.name = backend, 0, 0, backend.name
-
-    def generate(self, requests):
-        self.calls, self.requests = self.calls + 1, self.requests + len(requests)
-        return self.backend.generate(requests)
-
-    def close(self) -> None:
-        self.backend.close()
-
-
 @pytest.fixture(scope="module")
 def backend(smollm2_path: Path) -> HFLocalBackend:
     return HFLocalBackend.from_config(HFLocalConfig(model=str(smollm2_path), batch_size=4))
 
 
-def test_batched_cached_and_equal_to_single_probes(backend: HFLocalBackend) -> None:
-    counting, cache = CountingBackend(backend), {}
+def test_batched_cached_and_equal_to_single_probes(backend: HFLocalBackend, counting_backend) -> None:
+    counting, cache = counting_backend(backend), {}
     gains = probe_gains(counting, QUESTIONS, DOCS, CONFIG, cache)
     assert (counting.calls, counting.requests) == (2, 5)  # unconditional batch + one conditional batch
     assert set(cache) == set(QUESTIONS)

@@ -23,20 +23,6 @@ DOCS = [["The Nile is a river in Africa.", "Hamlet is a tragedy by William Shake
          "Bananas are rich in potassium."]]  # fmt: skip
 
 
-class CountingBackend:
-    """The real backend, counting its generate calls and requests."""
-
-    def __init__(self, backend: HFLocalBackend) -> None:
-        self.backend, self.calls, self.requests, self.name = backend, 0, 0, backend.name
-
-    def generate(self, requests):
-        self.calls, self.requests = self.calls + 1, self.requests + len(requests)
-        return self.backend.generate(requests)
-
-    def close(self) -> None:
-        self.backend.close()
-
-
 @pytest.fixture(scope="module")
 def backend(smollm2_path: Path) -> Iterator[HFLocalBackend]:
     """One torch thread while this module runs: on a shared, loaded CPU the default pool's spinning made the
@@ -53,9 +39,9 @@ def cache() -> dict:
 
 
 @pytest.fixture(scope="module")
-def full(backend: HFLocalBackend, cache: dict):
+def full(backend: HFLocalBackend, cache: dict, counting_backend):
     """Both questions to M = 3 with T_p = -inf (never stops): every candidate, in greedy order."""
-    counting = CountingBackend(backend)
+    counting = counting_backend(backend)
     selections = greedy_select(counting, QUESTIONS, DOCS, CONFIG, SelectConfig(top_m=3), cache)
     return selections, counting
 
@@ -88,8 +74,8 @@ def test_later_rounds_probe_the_selected_set(backend: HFLocalBackend, full) -> N
     assert sel.nu[1] == pytest.approx(normalized_uncertainty(alone.top_logprobs, 20, 8).nu, abs=1e-5)
 
 
-def test_top_m_threshold_and_gates(backend: HFLocalBackend, cache: dict, full) -> None:
-    counting = CountingBackend(backend)  # NU(q) is cached from here on: calls count rounds only
+def test_top_m_threshold_and_gates(backend: HFLocalBackend, cache: dict, full, counting_backend) -> None:
+    counting = counting_backend(backend)  # NU(q) is cached from here on: calls count rounds only
     one = greedy_select(counting, QUESTIONS, DOCS, CONFIG, SelectConfig(top_m=1), cache)
     assert counting.calls == 1 and [s.indices for s in one] == [s.indices[:1] for s in full[0]]
     assert [s.probes for s in one] == [3, 3]
