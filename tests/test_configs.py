@@ -28,6 +28,7 @@ CLASSES = {
     "sft/qream_ft_cpu.yaml": SFT_CONFIGS,
     "eval/igp_hotpotqa_cpu.yaml": EVAL_CONFIGS,
     "eval/igp_hotpotqa_bm25_cpu.yaml": EVAL_CONFIGS,
+    "eval/igp_popqa_bm25_cpu.yaml": EVAL_CONFIGS,
     "eval/igp_world_cpu.yaml": EVAL_CONFIGS,
     "eval/igp_qwen2.5-7b_vllm.yaml": EVAL_CONFIGS,
 }

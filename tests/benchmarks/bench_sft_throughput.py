@@ -12,6 +12,10 @@ length-grouped batches: less padding). Both train the embedded model for one epo
 Reported: trained (non-padding) tokens per second of each, the ratio recipe / defaults, and the held-out
 eval loss after training of each (they should agree within a few percent: the settings change speed, not
 what is learned).
+
+Measured on 2 CPU cores (2026-12-01, `--rows 96`, 12 optimizer steps each, 64 held-out rows): TRL defaults
+88.4 tokens/s (385 s), recipe 144.6 tokens/s (236 s): 1.63x; eval loss 0.5591 vs 0.5296 (-5.3%: the length-
+grouped batches are other batches, not a worse fit). A few seconds of other work overlapped the defaults run.
 """
 
 from __future__ import annotations

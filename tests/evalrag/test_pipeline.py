@@ -13,7 +13,7 @@ from r3forge.annotate.teacher import TeacherConfig
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag.config import EvalRagConfig, RerankModelsConfig
-from r3forge.evalrag.pipeline import eval_main, ranking_metrics, select_points
+from r3forge.evalrag.pipeline import EVAL_CONFIGS, eval_main, ranking_metrics, select_points
 from r3forge.synth.export import load_accepted, load_rejected
 
 INF = math.inf
@@ -139,6 +139,30 @@ def test_eval_rag_end_to_end_and_rerun(world_qa: Path, smollm2_path: Path, tmp_p
     stats2 = json.loads((out / "ig_stats.json").read_text())
     keys = _answer_keys(out)
     assert len(keys) == len(set(keys)) >= stats2["answers"]  # old answers reused, none generated twice
+
+
+def test_eval_rag_qream_post_step(world_qa: Path, smollm2_path: Path, tmp_path: Path):
+    """`rewrite: ft` (the embedded model standing in as the QREAM-FT rewriter): every row gets a `+qream` twin
+    answered from one rewritten document (or, on a failed rewrite, from the same passages, saying why)."""
+    out = tmp_path / "run"
+    args = run_args(world_qa, out, smollm2_path, "--max_questions", "1", "--methods", "none", "--rewrite", "ft",
+                    "--rewriter_model", str(smollm2_path), "--rewrite_max_tokens", "48")  # fmt: skip
+    eval_main(*parse_config(EVAL_CONFIGS, args))
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert sorted((r["method"], r["top_m"]) for r in rows) == [
+        ("none", 1), ("none", 2), ("none+qream", 1), ("none+qream", 2)]  # fmt: skip
+    raw = {r["top_m"]: r for r in rows if r["method"] == "none"}
+    rewrites = {r["source"]: r for r in load_accepted(out / "rewrite")}
+    assert len(rewrites) + len(load_rejected(out / "rewrite")) == 2  # one rewrite per kept evidence set
+    for twin in (r for r in rows if r["method"] == "none+qream"):
+        assert twin["selected"] == raw[twin["top_m"]]["selected"]  # same selection, then the rewrite
+        if twin["rewrite_fallback"] == "":
+            assert twin["evidence_tokens"] != raw[twin["top_m"]]["evidence_tokens"]
+        else:
+            assert twin["evidence_tokens"] == raw[twin["top_m"]]["evidence_tokens"]
+    assert "none+qream" in (out / "table.md").read_text()
+    with pytest.raises(ConfigError, match="rewrite_demos_from"):
+        parse_config(EVAL_CONFIGS, [*args, "--rewrite", "icl"])
 
 
 def _answer_keys(out: Path) -> list[str]:

@@ -57,6 +57,12 @@ class TeacherConfig:
         default=2048, metadata={"help": "serve: context length of the started server."}
     )
     serve_log: str = field(default="", metadata={"help": "serve: server log file; empty: a temporary file."})
+    max_logprobs: int = field(
+        default=20,
+        metadata={
+            "help": "vllm / serve: the largest top_logprobs a request may ask for (IGP's K needs >= K)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.serve and self.backend != "openai":
@@ -91,7 +97,9 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
         elif config.backend == "vllm":
             from r3forge.backends.vllm_engine import VLLMEngineConfig  # imports vllm (seconds)
 
-            backend = backends.build_backend(VLLMEngineConfig(model=config.model))
+            backend = backends.build_backend(
+                VLLMEngineConfig(model=config.model, max_logprobs=config.max_logprobs)
+            )
             tokenizer = load_tokenizer(config.tokenizer or config.model)
         else:
             base_url = config.base_url
@@ -102,6 +110,7 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
                     port=0,
                     max_model_len=config.serve_max_model_len,
                     log_file=config.serve_log,
+                    max_logprobs=config.max_logprobs,
                 )
                 base_url = stack.enter_context(VLLMServer(serve)).base_url
             backend = backends.build_backend(

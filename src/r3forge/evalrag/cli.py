@@ -11,6 +11,7 @@ from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag import pipeline
 from r3forge.evalrag.report import load_rows, write_report
+from r3forge.evalrag.tuning import write_tuned
 
 SUBCOMMANDS = {
     "rag": "Single-turn RAG: retrieve -> rerank/admit (IGP, verbal, baselines) -> Top-M -> answer -> score.",
@@ -34,7 +35,9 @@ def report_main(args: ReportArgs) -> dict:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = write_report(rows, out)
+    write_tuned(rows, out)
     print((out / "table.md").read_text(encoding="utf-8"))
+    print((out / "tuned.md").read_text(encoding="utf-8"))
     return paths
 
 

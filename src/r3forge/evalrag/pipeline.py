@@ -6,10 +6,12 @@ and T_p, with a per-question row for every point of the sweep.
 Run folder:
     questions.jsonl      the candidates of every question (id, title, tokens, gold relevance)
     rerank/*.jsonl       each method's scores, per question (reused by reruns with the same settings)
+    rewrite/             with `rewrite: icl | ft`: the QREAM rewrites of kept passages (`<method>+qream` rows)
     answers/             the generator's answers (synthesis engine: cached by question + evidence, resumable)
     rows.jsonl           one row per (question, method, M, T_p): selection, answer, EM, F1, TK, NDCG/Recall@k
     ig_stats.json        IG distribution per T_p (pass rate, quantiles) and IGP gating modes
     summary.json, table.md, *.png   the report (`report.write_report`)
+    tuned.json, tuned.md            IGP at a T_p tuned on half the questions vs `none` on the other half
 
 Rankings do not depend on M or T_p, so each method scores each question once; selection then costs nothing
 per sweep point, and an answer is generated once per distinct (question, evidence) pair.
@@ -23,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +38,10 @@ from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.evalrag.answer import AnswerStep, evidence_sha
 from r3forge.evalrag.config import THRESHOLDED, EvalRagConfig, RerankModelsConfig
+from r3forge.evalrag.qream_step import QreamStepConfig, add_twins, rewrite_all, rewrite_step, rewriter_config
 from r3forge.evalrag.rankers import score_method
 from r3forge.evalrag.report import write_report
+from r3forge.evalrag.tuning import write_tuned
 from r3forge.igp.select import SelectConfig, ig_stats, igp_select, rerank_by_ig, truncate
 from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.ranking import ndcg_at_k, recall_at_k
@@ -45,7 +50,7 @@ from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted, load_rejected
 
 K_VALUES = (1, 3, 5)
-EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, TeacherConfig)
+EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, TeacherConfig, QreamStepConfig)
 
 
 def load_questions(config: EvalRagConfig) -> list[dict]:
@@ -237,13 +242,32 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
+def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], roles: tuple[TeacherConfig, Teacher],
+                config: EvalRagConfig, qream: QreamStepConfig, stack: ExitStack) -> tuple[list[dict], list[dict]]:  # fmt: skip
+    """The QREAM post-step: rewrite every kept evidence set, add the `<method>+qream` rows and their items."""
+    generator_cfg, generator = roles
+    rewriter_cfg = rewriter_config(qream, generator_cfg)
+    rewriter = generator if rewriter_cfg is generator_cfg else stack.enter_context(open_teacher(rewriter_cfg))
+    step = rewrite_step(qream, questions)
+    engine = EngineConfig(output_dir=str(Path(config.output_dir) / "rewrite"), model=rewriter.model_id,
+                          batch_size=config.batch_size, progress=config.progress)  # fmt: skip
+    rewritten = rewrite_all(items, step, rewriter, engine)
+    return add_twins(rows, items, rewritten, generator.tokenizer)
+
+
 def eval_main(
-    config: EvalRagConfig, models: RerankModelsConfig, generator_cfg: TeacherConfig
+    config: EvalRagConfig,
+    models: RerankModelsConfig,
+    generator_cfg: TeacherConfig,
+    qream: QreamStepConfig | None = None,
 ) -> dict[str, Any]:
     """Run the sweep; write the run folder; return {"rows", "timings", "report"}."""
+    qream = qream or QreamStepConfig()
+    if {"ig", "igp", "igp_set"} & set(config.methods) and generator_cfg.max_logprobs < config.probe_k:
+        generator_cfg = replace(generator_cfg, max_logprobs=config.probe_k)  # a started vLLM must serve top-K
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_config((config, models, generator_cfg), out / "config.yaml")
+    save_config((config, models, generator_cfg, qream), out / "config.yaml")
     questions = load_questions(config)
     if not questions:
         raise ConfigError(f"qa_path: {config.qa_path}: no question with candidates")
@@ -266,6 +290,11 @@ def eval_main(
             scores[method] = score_method(method, questions, config, models, roles, stack, nu_cache)
             timings[f"score_{method}_s"] = round(time.perf_counter() - start, 2)
         rows, items = sweep_rows(questions, scores, tokens, config)
+        if qream.rewrite != "none":
+            start = time.perf_counter()
+            roles = (generator_cfg, generator)
+            rows, items = qream_twins(rows, items, questions, roles, config, qream, stack)
+            timings["rewrite_s"] = round(time.perf_counter() - start, 2)
         start = time.perf_counter()
         answers = answer_all(items, generator, config)
         timings["answer_s"] = round(time.perf_counter() - start, 2)
@@ -275,6 +304,7 @@ def eval_main(
     stats = run_ig_stats(questions, scores, rows, config) | {"timings": timings, "answers": len(items)}
     (out / "ig_stats.json").write_text(json.dumps(finite(stats), indent=1) + "\n", encoding="utf-8")
     report = write_report([finite(r) for r in rows], out)
+    write_tuned([finite(r) for r in rows], out)
     print(
         f"eval rag: {len(questions)} questions, {len(rows)} rows, {len(items)} answers -> {out}",
         file=sys.stderr,
