@@ -118,7 +118,13 @@ class RerankModelsConfig:
         metadata={"help": "qlm: transformers weights of the generator; empty: the generator's `model`."},
     )
     reranker_model: str = field(
-        default="", metadata={"help": "verbal / yesno: the reranker LLM; empty: the generator's `model`."}
+        default="",
+        metadata={
+            "help": "verbal: the reranker LLM (e.g. an exported student); empty: the generator's `model`."
+        },
+    )
+    yesno_model: str = field(
+        default="", metadata={"help": "yesno: the LLM asked for P(Yes); empty: the generator's `model`."}
     )
     reranker_backend: str = field(
         default="", metadata={"help": "verbal / yesno: its backend; empty: the generator's."}

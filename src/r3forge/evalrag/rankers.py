@@ -53,8 +53,10 @@ def fingerprint(method: str, config: EvalRagConfig, models: RerankModelsConfig, 
         setting |= {"k": config.probe_k, "mt": config.probe_max_steps}
         if method == "igp_set":
             setting["max_m"] = max(config.top_m)
-    elif method in ("verbal", "yesno"):
+    elif method == "verbal":
         setting |= {"reranker": models.reranker_model, "max_tokens": models.reranker_max_tokens}
+    elif method == "yesno":
+        setting["reranker"] = models.yesno_model
     elif method != "none":
         setting["model"] = {"biencoder": models.biencoder_model, "cross_encoder": models.cross_encoder_model,
                             "qlm": models.qlm_model}[method]  # fmt: skip
@@ -111,13 +113,15 @@ def score_method(method: str, questions: list[dict], config: EvalRagConfig, mode
     return out
 
 
-def reranker_llm(models: RerankModelsConfig, generator_cfg: TeacherConfig, generator: Teacher,
+def reranker_llm(model: str, models: RerankModelsConfig, roles: tuple[TeacherConfig, Teacher],
                  stack: ExitStack) -> Teacher:  # fmt: skip
-    """The verbal / YesNo LLM: the generator itself unless `reranker_*` names another model."""
-    if not (models.reranker_model or models.reranker_backend or models.reranker_base_url):
+    """The verbal / YesNo LLM (`model`: `reranker_model` or `yesno_model`): the generator itself unless the
+    model or `reranker_backend` / `reranker_base_url` name another."""
+    generator_cfg, generator = roles
+    if not (model or models.reranker_backend or models.reranker_base_url):
         return generator
     cfg = TeacherConfig(backend=models.reranker_backend or generator_cfg.backend,  # type: ignore[arg-type]
-                        model=models.reranker_model or generator_cfg.model,
+                        model=model or generator_cfg.model,
                         base_url=models.reranker_base_url or generator_cfg.base_url, device=generator_cfg.device)  # fmt: skip
     return stack.enter_context(open_teacher(cfg))
 
@@ -148,7 +152,9 @@ def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles
         qlm = QLMConfig(model=models.qlm_model or generator_cfg.model, device=generator_cfg.device)
         reranker = QLMReranker.from_config(qlm)
     else:
-        llm = reranker_llm(models, generator_cfg, generator, stack)
+        llm = reranker_llm(
+            models.yesno_model if method == "yesno" else models.reranker_model, models, roles, stack
+        )
         if method == "yesno":
             reranker = YesNoReranker(llm.backend, llm.tokenizer)
         else:
