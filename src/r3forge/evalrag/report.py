@@ -64,10 +64,10 @@ def config_label(row: Mapping[str, Any]) -> str:
     'none (B=512)'
     >>> config_label({"method": "igp", "threshold": float("-inf")})
     'IGP (T_p=-inf)'
-    >>> config_label({"method": "verbal"})
-    'verbal'
+    >>> config_label({"method": "igp+qream", "threshold": 0.1})
+    'IGP+qream (T_p=0.10)'
     """
-    name = "IGP" if row["method"] == "igp" else str(row["method"])
+    name = re.sub(r"^igp(?=$|\+)", "IGP", str(row["method"]))
     parts = []
     if row.get("threshold") is not None:
         parts.append(f"T_p={row['threshold']:.2f}")
