@@ -47,7 +47,7 @@ from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.ranking import ndcg_at_k, recall_at_k
 from r3forge.rerank import Candidate, RerankOutput, order, passage
 from r3forge.synth.engine import EngineConfig, run_step
-from r3forge.synth.export import load_accepted, load_rejected
+from r3forge.synth.export import load_accepted, rejected_keys
 
 K_VALUES = (1, 3, 5)
 EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, TeacherConfig, QreamStepConfig)
@@ -172,8 +172,7 @@ def answer_all(items: list[dict], generator: Teacher, config: EvalRagConfig) -> 
                           batch_size=config.batch_size, progress=config.progress)  # fmt: skip
     run_step(step, items, generator.backend, engine)
     out = {}
-    for r in load_rejected(engine.output_dir):
-        key = json.loads(r["input"]) if isinstance(r["input"], str) else r["input"]
+    for key, r in rejected_keys(engine.output_dir):
         out[(key["question_id"], key["evidence_sha256"])] = {"answer": "", "em": 0.0, "f1": 0.0,
                                                              "tk": r["prompt_tokens"]}  # fmt: skip
     for r in load_accepted(engine.output_dir):
@@ -303,8 +302,9 @@ def eval_main(
     write_jsonl(out / "rows.jsonl", rows)
     stats = run_ig_stats(questions, scores, rows, config) | {"timings": timings, "answers": len(items)}
     (out / "ig_stats.json").write_text(json.dumps(finite(stats), indent=1) + "\n", encoding="utf-8")
-    report = write_report([finite(r) for r in rows], out)
-    write_tuned([finite(r) for r in rows], out)
+    clean = [finite(r) for r in rows]
+    report = write_report(clean, out)
+    write_tuned(clean, out)
     print(
         f"eval rag: {len(questions)} questions, {len(rows)} rows, {len(items)} answers -> {out}",
         file=sys.stderr,

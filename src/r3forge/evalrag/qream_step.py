@@ -14,9 +14,7 @@ row says why (`rewrite_fallback`). A point with nothing kept stays closed-book i
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from r3forge.annotate.teacher import Teacher, TeacherConfig
@@ -25,9 +23,9 @@ from r3forge.evalrag.answer import evidence_sha
 from r3forge.metrics.efficiency import input_tokens
 from r3forge.qream.pipeline import role
 from r3forge.qream.rewrite import FTRewriteStep, RewriteStep, rewrite_item, rewrite_key
-from r3forge.qream.seeds import check_disjoint
+from r3forge.qream.seeds import load_demos
 from r3forge.synth.engine import EngineConfig, run_step
-from r3forge.synth.export import load_accepted, load_rejected
+from r3forge.synth.export import load_accepted, rejected_keys
 
 SUFFIX = "+qream"
 
@@ -75,14 +73,8 @@ def rewrite_step(cfg: QreamStepConfig, questions: list[dict]) -> Any:
     questions must not be evaluation questions), or `FTRewriteStep`."""
     if cfg.rewrite == "ft":
         return FTRewriteStep(max_tokens=cfg.rewrite_max_tokens)
-    folder = Path(cfg.rewrite_demos_from) / "seeds"
-    if not folder.is_dir():
-        raise ConfigError(f"rewrite_demos_from: {folder} does not exist (an `annotate qream` output folder?)")
-    seeds = list(load_accepted(folder))
-    if not seeds:
-        raise ConfigError(f"rewrite_demos_from: no accepted seed document under {folder}")
-    check_disjoint(seeds, questions)
-    return RewriteStep([(s["question"], s["document"]) for s in seeds], max_tokens=cfg.rewrite_max_tokens)
+    demos = load_demos(cfg.rewrite_demos_from, questions, "rewrite_demos_from")
+    return RewriteStep(demos, max_tokens=cfg.rewrite_max_tokens)
 
 
 def _ref(record: dict) -> tuple:
@@ -100,10 +92,7 @@ def rewrite_all(items: list[dict], step: Any, rewriter: Teacher, engine: EngineC
     }  # fmt: skip
     run_step(step, list({_ref(j): j for j in jobs.values()}.values()), rewriter.backend, engine)
     done = {_ref(r): r["rewrite"] for r in load_accepted(engine.output_dir)}
-    failed = {}
-    for r in load_rejected(engine.output_dir):
-        key = json.loads(r["input"]) if isinstance(r["input"], str) else r["input"]
-        failed[tuple(key.values())] = r["reason"]
+    failed = {tuple(key.values()): r["reason"] for key, r in rejected_keys(engine.output_dir)}
     out = {}
     for key, job in jobs.items():
         ref = _ref(job)

@@ -33,9 +33,9 @@ from r3forge.metrics.qa import exact_match, f1_score
 from r3forge.qream.pipeline import _mean, _stage, raw_retrievals, role
 from r3forge.qream.rewrite import FTRewriteStep, RewriteStep, rewrite_item
 from r3forge.qream.score import ReaderStep, candidate_key
-from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
+from r3forge.qream.seeds import SeedDocStep, check_disjoint, load_demos, sample_seeds
 from r3forge.synth.engine import EngineConfig, run_step
-from r3forge.synth.export import load_accepted, load_rejected
+from r3forge.synth.export import load_accepted, rejected_keys
 from r3forge.synth.store import ShardSpec
 
 
@@ -88,28 +88,16 @@ REWRITE_CONFIGS = (RewriteConfig, ReaderRoleConfig, TeacherConfig, RunConfig)
 def demonstrations(config: RewriteConfig, targets: list[dict], rewriter: Teacher, run: RunConfig) -> list:
     """(seed question, seed document) pairs for QREAM-ICL, none of whose questions is a target."""
     if config.demos_from:
-        folder = Path(config.demos_from) / "seeds"
-        if not folder.is_dir():
-            raise ConfigError(f"demos_from: {folder} does not exist (an `annotate qream` output folder?)")
-        seeds = list(load_accepted(folder))
-    else:
-        drawn = sample_seeds(load_qa(config.seed_qa_path), targets, config.num_seeds, config.seed)
-        check_disjoint(drawn, targets)
-        run_step(SeedDocStep(config.seed_words), drawn, rewriter.backend, _stage(run, "seeds", rewriter))
-        seeds = list(load_accepted(Path(run.output_dir) / "seeds"))
-    if not seeds:
-        raise ConfigError(f"no accepted seed document under {config.demos_from or run.output_dir}/seeds")
-    check_disjoint(seeds, targets)
-    return [(s["question"], s["document"]) for s in seeds]
+        return load_demos(config.demos_from, targets, "demos_from")
+    drawn = sample_seeds(load_qa(config.seed_qa_path), targets, config.num_seeds, config.seed)
+    check_disjoint(drawn, targets)
+    run_step(SeedDocStep(config.seed_words), drawn, rewriter.backend, _stage(run, "seeds", rewriter))
+    return load_demos(run.output_dir, targets, "seed_qa_path")
 
 
 def _reasons(folder: Path) -> dict[str, str]:
     """question id -> reject reason of the rewrite stage's rejected records."""
-    out = {}
-    for row in load_rejected(folder):
-        key = row["input"] if isinstance(row["input"], dict) else json.loads(row["input"])
-        out[key["question_id"]] = row["reason"]
-    return out
+    return {key["question_id"]: row["reason"] for key, row in rejected_keys(folder)}
 
 
 def rewrite_evidence(step: Any, targets: list[dict], raw: dict[str, str], rewriter: Teacher,

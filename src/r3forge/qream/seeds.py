@@ -12,12 +12,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from r3forge.backends.base import GenerationRequest, GenerationResult
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import normalize_answer
 from r3forge.qream.rewrite import trim_generation
 from r3forge.synth.engine import Rejected
+from r3forge.synth.export import load_accepted
 
 SEED_PROMPT_VERSION = "qream_seed_doc_v1"
 SEED_PROMPT = (
@@ -53,6 +55,19 @@ def sample_seeds(pool: Iterable[dict], targets: Iterable[dict], m: int = 4, seed
     eligible.sort(key=lambda r: str(r["id"]))
     random.Random(seed).shuffle(eligible)
     return [{"seed_id": str(r["id"]), "question": r["question"]} for r in eligible[:m]]
+
+
+def load_demos(root: str | Path, targets: Iterable[dict], where: str) -> list[tuple[str, str]]:
+    """(seed question, seed document) pairs from `root`/seeds (an `annotate qream` or `rewrite` folder), none
+    of whose questions is a target; `where` names the config key in errors."""
+    folder = Path(root) / "seeds"
+    if not folder.is_dir():
+        raise ConfigError(f"{where}: {folder} does not exist (an `annotate qream` output folder?)")
+    seeds = list(load_accepted(folder))
+    if not seeds:
+        raise ConfigError(f"{where}: no accepted seed document under {folder}")
+    check_disjoint(seeds, targets)
+    return [(s["question"], s["document"]) for s in seeds]
 
 
 def check_disjoint(seeds: Sequence[dict], targets: Iterable[dict]) -> None:

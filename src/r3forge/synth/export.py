@@ -78,6 +78,16 @@ def load_rejected(root: str | os.PathLike[str]) -> datasets.Dataset:
     return records_to_dataset(iter_records([Path(root)], "rejected"))
 
 
+def rejected_keys(root: str | os.PathLike[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(the step's `key()` of the input, the record) for every rejected record of an output folder; the key
+    comes back as a dict whether the Dataset holds it as a struct or as a JSON string."""
+    out = []
+    for row in load_rejected(root):
+        key = row["input"] if isinstance(row["input"], dict) else json.loads(row["input"])
+        out.append((key, row))
+    return out
+
+
 def export_dataset(root: str | os.PathLike[str]) -> Path:
     """Write the folder's accepted (and rejected) records as Parquet, and the dataset card `README.md`."""
     root = Path(root)
