@@ -12,7 +12,8 @@
 #   env                GPUS_PER_NODE (default SLURM_GPUS_ON_NODE, else SLURM_GPUS_PER_NODE, else 4),
 #                      MAIN_PROCESS_IP (default: the first host of SLURM_JOB_NODELIST), MAIN_PROCESS_PORT
 #                      (29500), ACCELERATE (.venv/bin/accelerate), DRY_RUN=1 prints the commands and exits
-#                      (the per-node one for SLURM_NODEID; no srun/scontrol needed)
+#                      (the per-node one for SLURM_NODEID; no srun/scontrol needed), MODULE (the recipe
+#                      module, default r3forge.sft; r3forge.agent.grpo for the GRPO agent)
 # Submit from the repo root (paths are relative to it) after `mkdir -p logs` (SLURM does not create it).
 # The recipe's output_dir must be on a filesystem all nodes share.
 #
@@ -72,7 +73,7 @@ fi
 HEAD=("$ACCELERATE" launch --config_file "$ACCEL_CONFIG"
       --num_machines "$NNODES" --num_processes "$((NNODES * GPUS_PER_NODE))")
 TAIL=(--main_process_ip "$MAIN_PROCESS_IP" --main_process_port "$MAIN_PROCESS_PORT" --rdzv_backend c10d
-      -m r3forge.sft --config "$CONFIG" "$@")
+      -m "${MODULE:-r3forge.sft}" --config "$CONFIG" "$@")
 # the escaped "$SLURM_NODEID" is expanded by each srun task, not here
 NODE_SCRIPT="$(printf '%q ' "${HEAD[@]}")--machine_rank \"\$SLURM_NODEID\" $(printf '%q ' "${TAIL[@]}")"
 SRUN=(srun --nodes="$NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1)

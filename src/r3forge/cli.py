@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "r3forge.sft.recipe:cli",
         "SFT distillation (verbal reranker, QREAM-FT): TRL SFTTrainer, full or LoRA, task metrics.",
     ),
+    "grpo": (
+        "r3forge.agent.grpo:cli",
+        "GRPO of the search agent: multi-turn rollouts (search -> retriever -> verbal reranker), masked loss.",
+    ),
     "train-cross-encoder": (
         "r3forge.rerank.train_cross:cli",
         "Train a cross-encoder reranker from the embedded MiniLM on HotpotQA-format gold passages.",

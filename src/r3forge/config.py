@@ -102,17 +102,25 @@ def _dest_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]
 
 
 def parse_config(
-    dataclass_types: Sequence[type], argv: Sequence[str] | None = None, prog: str | None = None
+    dataclass_types: Sequence[type],
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> tuple[Any, ...]:
     """Parse `--config file.yaml` plus CLI flags into one instance of each dataclass type.
 
-    Precedence: dataclass defaults < YAML values < CLI flags. Fields of all dataclasses share one
-    namespace (as in TRL). Unknown YAML keys and unknown flags raise `ConfigError`.
+    Precedence: dataclass defaults < `defaults` (a recipe's own, e.g. paper settings over TRL's) < YAML
+    values < CLI flags. Fields of all dataclasses share one namespace (as in TRL). Unknown YAML keys and
+    unknown flags raise `ConfigError`.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser(tuple(dataclass_types), prog=prog, allow_abbrev=False)
     parser.add_argument("--config", type=str, default=None, help="YAML file with defaults for any field.")
     actions = _dest_actions(parser)
+    for key, value in (defaults or {}).items():
+        if key not in actions:
+            raise ConfigError(f"{prog or 'parse_config'}: default for unknown field '{key}'")
+        actions[key].default = value
     config_path = _config_flag(argv)
     if config_path is not None:
         data, lines = load_yaml_with_lines(config_path)

@@ -87,8 +87,10 @@ class SearchConfig:
         },
     )
     reranker_tokenizer: str = field(
-        default="", metadata={"help": "openai reranker: tokenizer to read the score token; empty: none."}
-    )
+        default="",
+        metadata={"help": "openai reranker: tokenizer to locate the score token (its logprob breaks score ties); "
+                  "empty: reranker_model's with reranker_serve, else none (ties by retriever order)."},
+    )  # fmt: skip
     reranker_max_tokens: int = field(default=128, metadata={"help": "Max new tokens of comment + score."})
 
     def __post_init__(self) -> None:
@@ -97,8 +99,9 @@ class SearchConfig:
 
     def reranker(self) -> TeacherConfig:
         """The reranker as an `open_teacher` config."""
+        tokenizer = self.reranker_tokenizer or (self.reranker_model if self.reranker_serve else "")
         return TeacherConfig(backend=self.reranker_backend, model=self.reranker_model,
-                             base_url=self.reranker_base_url, tokenizer=self.reranker_tokenizer,
+                             base_url=self.reranker_base_url, tokenizer=tokenizer,
                              serve=self.reranker_serve)  # fmt: skip
 
 
@@ -227,6 +230,7 @@ class SearchEnv:
                 else:
                     picked, body = list(range(len(texts))), format_raw(titles, texts)
                     scores, tiebreak = [s for _, s in hits[j]], [float("nan")] * len(texts)
+                body = body or "No documents were found."
                 shown = "\n".join(f"{titles[i]}\n{texts[i]}" for i in picked)
                 ids = [str(docs[j][i]["id"]) for i in picked]
                 observations.append(Observation(key, body, ids, scores, tiebreak, shown, len(docs[j])))

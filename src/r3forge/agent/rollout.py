@@ -247,10 +247,8 @@ def run_rollouts(
     active = list(range(len(rollouts)))
     for t in range(config.max_turns + 1):
         final = t == config.max_turns
+        # > 0 for every active rollout: one that fills the budget is finished at the end of its turn
         room = {i: max_completion_tokens - len(rollouts[i].completion_ids) for i in active}
-        active = [i for i in active if room[i] > 0 or _finish(rollouts[i], "truncated")]
-        if not active:
-            break
         budget = min(config.max_turn_tokens, max(room[i] for i in active))
         turns = policy.generate([rollouts[i].prompt_ids + rollouts[i].completion_ids for i in active], budget)
         searching: list[tuple[int, str]] = []
@@ -260,12 +258,13 @@ def run_rollouts(
             r.add(ids, True, lps)
             r.turns += 1
             action, arg = turn_action(tokenizer.decode(ids, skip_special_tokens=True))
-            if len(r.completion_ids) >= max_completion_tokens and action != "answer":
-                _finish(r, "truncated")
+            full = len(r.completion_ids) >= max_completion_tokens
+            if full and action != "answer":
+                r.finish = "truncated"
             elif action == "answer" or final:
-                if not ids or ids[-1] != eos:
+                if (not ids or ids[-1] != eos) and not full:
                     r.add([eos], False)
-                _finish(r, "answer" if action == "answer" else "final")
+                r.finish = "answer" if action == "answer" else "final"
             elif action == "search":
                 searching.append((i, arg))
             else:
@@ -284,11 +283,6 @@ def run_rollouts(
                 over = len(r.completion_ids) - max_completion_tokens
                 if over:
                     del r.completion_ids[-over:], r.env_mask[-over:], r.logprobs[-over:]
-                _finish(r, "truncated")
+                r.finish = "truncated"
         active = [i for i in active if not rollouts[i].finish]
     return rollouts
-
-
-def _finish(r: Rollout, why: str) -> bool:
-    r.finish = r.finish or why
-    return False

@@ -1,0 +1,206 @@
+"""Relevance-guided test-time scaling (Verbal-R3, Algorithm A1) and its majority-voting baselines.
+
+Three strategies spend the same sample budget N per question and answer by majority vote:
+- `naive`: N independent rollouts, every search retrieved and reranked on its own;
+- `naive_unique`: the same rollouts with unique-query extraction (equal queries of a turn reranked once);
+- `relevance`: branches carry (context, s, l); each iteration splits the remaining budget N - |F| over the
+  branches (an equal base share, the remainder to branches in descending (s, l)); every branch samples its
+  share of continuations; answers go to F; the search queries of all branches are de-duplicated globally
+  and reranked once; a continuation searching q survives with probability (s_max,q / s_best)^alpha, where
+  s_max,q is the best reranker score among q's documents and s_best the best over this iteration's
+  queries, and becomes a branch with (s, l) = (s_max,q, that document's score-token logprob). Stops at
+  |F| = N or after T iterations (the last one only answers). An empty branch set restarts from the root.
+Reranker calls are counted per strategy: unique (query) reranks and (query, document) pairs judged.
+
+    r3forge eval tts --config configs/eval/tts_world_cpu.yaml --model runs/grpo/agent_world_cpu/final
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from r3forge.agent.data import load_rows
+from r3forge.agent.env import EnvConfig, EnvCounters, SearchConfig, SearchEnv, open_env
+from r3forge.agent.evaluate import EvalAgentConfig, open_policy
+from r3forge.agent.rollout import Encoder, Policy, RolloutConfig, encode_prompt, run_rollouts, turn_action
+from r3forge.config import parse_config, save_config
+from r3forge.errors import ConfigError
+from r3forge.metrics.qa import exact_match, f1_score, normalize_answer
+
+STRATEGIES = ("naive", "naive_unique", "relevance")
+
+
+@dataclass
+class TTSConfig:
+    samples: int = field(default=8, metadata={"help": "N: final answers (samples) per question."})
+    alpha: float = field(
+        default=7.5, metadata={"help": "Pruning sharpness: keep q with prob (s_q / s_best)^alpha."}
+    )
+    iterations: int = field(
+        default=3, metadata={"help": "T: relevance-guided iterations (the last one only answers)."}
+    )
+    strategies: list[str] = field(
+        default_factory=lambda: list(STRATEGIES), metadata={"help": f"Of {STRATEGIES}."}
+    )
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.strategies if s not in STRATEGIES]
+        if bad or not self.strategies:
+            raise ConfigError(
+                f"strategies: unknown or empty {bad or self.strategies}; choose from {STRATEGIES}"
+            )
+        if self.samples < 1 or self.iterations < 1 or self.alpha < 0:
+            raise ConfigError(f"need samples >= 1, iterations >= 1, alpha >= 0; got {self}")
+
+
+def majority(answers: list[str]) -> str:
+    """The most frequent answer by normalized form (ties: the first seen); "" when there is none.
+
+    >>> majority(["Paris", "rome", "the Paris", "Rome", "Paris"])
+    'Paris'
+    """
+    answers = [a for a in answers if normalize_answer(a)]
+    if not answers:
+        return ""
+    counts = Counter(normalize_answer(a) for a in answers)
+    best = max(counts.values())
+    return next(a for a in answers if counts[normalize_answer(a)] == best)
+
+
+def shares(remaining: int, keys: list[tuple[float, float]]) -> list[int]:
+    """Split `remaining` samples over branches: base share each, the remainder to the best (s, l) first.
+
+    >>> shares(7, [(3.0, -1.0), (5.0, -2.0), (5.0, -0.5)])
+    [2, 2, 3]
+    """
+    b = len(keys)
+    base, extra = divmod(remaining, b)
+    ranked = sorted(range(b), key=lambda i: (-keys[i][0], -_num(keys[i][1])))
+    out = [base] * b
+    for i in ranked[:extra]:
+        out[i] += 1
+    return out
+
+
+def keep_probability(s_q: float, s_best: float, alpha: float) -> float:
+    """(s_q / s_best)^alpha; 1 when no query scored above 0.
+
+    >>> round(keep_probability(4.0, 5.0, 7.5), 4), keep_probability(0.0, 0.0, 7.5)
+    (0.1877, 1.0)
+    """
+    return 1.0 if s_best <= 0 else (max(s_q, 0.0) / s_best) ** alpha
+
+
+def _num(x: float) -> float:
+    return -math.inf if x is None or math.isnan(x) else x
+
+
+@dataclass
+class Branch:
+    ids: list[int]  # completion so far (after the prompt)
+    s: float = 0.0
+    l: float = 0.0  # noqa: E741
+
+
+def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenizer: Any, rollout: RolloutConfig,
+                     tts: TTSConfig, rng: random.Random) -> list[str]:  # fmt: skip
+    """Algorithm A1 for one question; returns F (the final answers, at most N)."""
+    enc = Encoder(tokenizer)
+    final: list[str] = []
+    branches = [Branch([])]
+    for t in range(tts.iterations):
+        if len(final) >= tts.samples:
+            break
+        branches = branches or [Branch([])]
+        counts = shares(tts.samples - len(final), [(b.s, b.l) for b in branches])
+        jobs = [b for b, k in zip(branches, counts, strict=True) for _ in range(k)]
+        turns = policy.generate([prompt + b.ids for b in jobs], rollout.max_turn_tokens)
+        pending: list[tuple[Branch, list[int], str]] = []
+        for b, turn in zip(jobs, turns, strict=True):
+            action, arg = turn_action(tokenizer.decode(turn.ids, skip_special_tokens=True))
+            if action == "answer":
+                final.append(arg)
+            elif action == "search" and t < tts.iterations - 1:
+                pending.append((b, turn.ids, arg))
+        branches = []
+        if pending:
+            observations = env.observe([q for _, _, q in pending])  # one batched, de-duplicated call
+            best = {o.query: (o.scores[0] if o.scores else 0.0, o.tiebreak[0] if o.tiebreak else math.nan)
+                    for o in observations}  # fmt: skip
+            s_best = max(s for s, _ in best.values())
+            for (b, ids, _), obs in zip(pending, observations, strict=True):
+                s_q, l_q = best[obs.query]
+                if rng.random() < keep_probability(s_q, s_best, tts.alpha):
+                    branches.append(
+                        Branch(b.ids + ids + enc.observation(obs.text, rollout.max_obs_tokens), s_q, l_q)
+                    )
+    return final[: tts.samples]
+
+
+def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_config: EnvConfig,
+         rollout: RolloutConfig) -> dict[str, Any]:  # fmt: skip
+    """Run each strategy on the same questions; write rows.jsonl and summary.json (accuracy and calls)."""
+    if config.temperature <= 0:
+        raise ConfigError("eval tts samples: set temperature > 0 (e.g. 1.0)")
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config((config, tts, search, env_config, rollout), out / "config.yaml")
+    rows = load_rows(config.dataset, config.split, config.heldout_fraction, env_config.observation,
+                     config.max_questions, config.qa_format, config.example)  # fmt: skip
+    summary: dict[str, Any] = {"questions": len(rows), "samples": tts.samples, "model": config.model}
+    results: dict[str, list[dict[str, Any]]] = {}
+    with ExitStack() as stack:
+        policy, tokenizer = open_policy(config)
+        env = open_env(stack, search, env_config)
+        for strategy in tts.strategies:
+            torch.manual_seed(config.seed)
+            rng = random.Random(config.seed)
+            env.counters = EnvCounters()  # each strategy's own calls
+            env.config.dedup = strategy != "naive"
+            scored = []
+            for row in rows:
+                prompt = encode_prompt(tokenizer, row["prompt"])
+                if strategy == "relevance":
+                    answers = relevance_guided(prompt, policy, env, tokenizer, rollout, tts, rng)
+                else:
+                    rs = run_rollouts(
+                        [prompt] * tts.samples, policy, env, tokenizer, rollout, config.max_completion_tokens
+                    )
+                    answers = [turn_action(tokenizer.decode(r.completion_ids, skip_special_tokens=True))[1]
+                               for r in rs if r.finish == "answer"]  # fmt: skip
+                vote = majority(answers)
+                scored.append({"id": row["id"], "answers": row["answers"], "votes": answers, "prediction": vote,
+                               "em": exact_match(vote, row["answers"]), "f1": f1_score(vote, row["answers"])})  # fmt: skip
+                print(f"eval tts {strategy}: {len(scored)}/{len(rows)}", file=sys.stderr)
+            results[strategy] = scored
+            n = len(scored)
+            summary[strategy] = {"em": sum(r["em"] for r in scored) / n, "f1": sum(r["f1"] for r in scored) / n,
+                                 "answers_per_question": sum(len(r["votes"]) for r in scored) / n,
+                                 **env.counters.as_dict()}  # fmt: skip
+    base = summary.get("naive", {}).get("reranker_pairs")
+    for strategy in tts.strategies:
+        if base:
+            summary[strategy]["pairs_vs_naive"] = summary[strategy]["reranker_pairs"] / base - 1
+    with open(out / "rows.jsonl", "w", encoding="utf-8") as f:
+        for strategy, scored in results.items():
+            for r in scored:
+                f.write(json.dumps({"strategy": strategy, **r}, ensure_ascii=False) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(summary))
+    return summary
+
+
+def cli(argv: list[str]) -> int:
+    main(*parse_config((EvalAgentConfig, TTSConfig, SearchConfig, EnvConfig, RolloutConfig), argv,
+                       prog="r3forge eval tts"))  # fmt: skip
+    return 0

@@ -1,0 +1,128 @@
+"""The GRPO recipe with the multi-turn rollout: masked tokens contribute nothing to the loss, the KL or the
+entropy (perturbing their logits and reference/old logprobs leaves them unchanged, perturbing a policy
+token's does not), and a short real run trains, logs the masked fraction and saves a checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from r3forge.agent.data import load_rows
+from r3forge.agent.env import EnvConfig, SearchEnv
+from r3forge.agent.grpo import AgentRollout, main, parse, reward_summary
+from r3forge.agent.reward import answer_reward, format_reward
+from r3forge.agent.rollout import RolloutConfig
+from r3forge.retrieval import load_retriever
+
+
+def tiny_args(out, **kw) -> GRPOConfig:
+    base = dict(output_dir=str(out), per_device_train_batch_size=4, num_generations=4, max_completion_length=120,
+                max_steps=1, use_cpu=True, bf16=False, beta=0.001, learning_rate=1e-5, report_to="none",
+                logging_steps=1, save_strategy="no", temperature=1.0, seed=0)  # fmt: skip
+    return GRPOConfig(**(base | kw))
+
+
+@pytest.fixture(scope="module")
+def trainer(world, smollm2_path, tmp_path_factory):
+    tok = AutoTokenizer.from_pretrained(smollm2_path)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    rows = load_rows(str(world["questions"]), "all", 0.0, "raw", limit=4, example=True)
+    env = SearchEnv(
+        load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1, doc_max_words=20)
+    )
+    rollout = AgentRollout(env, tok, RolloutConfig(max_turns=1, max_turn_tokens=24, max_obs_tokens=40), 8)
+    return GRPOTrainer(model=model, reward_funcs=[answer_reward, format_reward],
+                       args=tiny_args(tmp_path_factory.mktemp("grpo"), reward_weights=[1.0, 0.0]),
+                       train_dataset=datasets.Dataset.from_list(rows), processing_class=tok, rollout_func=rollout)  # fmt: skip
+
+
+class LogitNoise:
+    """Forward hook perturbing what the model outputs for the chosen completion positions: TRL's fused LM
+    head returns each label's log-prob and the entropy ([B, L-1], the completion is the last C); a plain
+    head returns logits ([B, C+1, V] with logits_to_keep)."""
+
+    def __init__(self, positions: torch.Tensor):
+        self.positions = positions  # [B, C] bool
+
+    def __call__(self, module, args, output):
+        c = self.positions.shape[1]
+        if getattr(output, "log_probs", None) is not None:
+            noise = torch.randn_like(output.log_probs[:, -c:]) * self.positions
+            output.log_probs = torch.cat(
+                [output.log_probs[:, :-c], output.log_probs[:, -c:] - noise.abs()], 1
+            )
+            if getattr(output, "entropy", None) is not None:
+                output.entropy = torch.cat([output.entropy[:, :-c], output.entropy[:, -c:] + noise.abs()], 1)
+            return output
+        noise = torch.randn_like(output.logits[:, :c]) * 5.0 * self.positions[..., None]
+        output.logits = torch.cat([output.logits[:, :c] + noise, output.logits[:, c:]], dim=1)
+        return output
+
+
+def loss_and_entropy(trainer, inputs, positions=None):
+    handle = trainer.model.register_forward_hook(LogitNoise(positions)) if positions is not None else None
+    try:
+        trainer._metrics["train"]["entropy"].clear()
+        loss = trainer.compute_loss(trainer.model, inputs).item()
+        return loss, trainer._metrics["train"]["entropy"][-1]
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer):
+    torch.manual_seed(0)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop; compute_loss reads it
+    rows = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]
+    inputs = trainer._generate_and_score_completions(rows)
+    mask = inputs["completion_mask"] * inputs["tool_mask"]  # [B, C] the tokens the loss may see
+    env_tokens = inputs["completion_mask"].bool() & ~inputs["tool_mask"].bool()
+    assert env_tokens.any(), "the rollouts should contain environment tokens"
+    inputs["advantages"] = torch.linspace(-1.0, 1.0, mask.shape[0])  # non-zero whatever the rewards were
+    base = loss_and_entropy(trainer, inputs)
+
+    noisy = dict(inputs)
+    for key in ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"):
+        if noisy.get(key) is not None:
+            noisy[key] = noisy[key] + 3.0 * env_tokens
+    torch.manual_seed(1)
+    assert loss_and_entropy(trainer, noisy, positions=env_tokens) == pytest.approx(base, abs=1e-6)
+
+    policy_tokens = mask.bool()
+    torch.manual_seed(1)
+    moved = loss_and_entropy(trainer, inputs, positions=policy_tokens)
+    assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1] != pytest.approx(base[1], abs=1e-6)
+    noisy_ref = dict(inputs, ref_per_token_logps=inputs["ref_per_token_logps"] + 3.0 * policy_tokens)
+    assert loss_and_entropy(trainer, noisy_ref)[0] != pytest.approx(base[0], abs=1e-6)
+
+
+def test_recipe_trains_logs_and_saves(world, smollm2_path, tmp_path):
+    out = tmp_path / "run"
+    argv = ["--dataset", str(world["questions"]), "--index", str(world["index"]), "--observation", "raw",
+            "--num_shown", "1", "--doc_max_words", "20", "--example", "true", "--max_turns", "1",
+            "--max_turn_tokens", "24", "--max_obs_tokens", "40", "--max_completion_length", "120",
+            "--model_name_or_path", str(smollm2_path), "--num_generations", "2", "--per_device_train_batch_size", "4",
+            "--max_steps", "2", "--learning_rate", "1e-4", "--warmup_steps", "0", "--use_cpu", "true", "--bf16", "false",
+            "--report_to", "none", "--logging_steps", "1", "--save_strategy", "no", "--output_dir", str(out)]  # fmt: skip
+    metrics = main(*parse(argv, "test"))
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in logged if "reward" in row]
+    assert len(steps) == 2 and all(0.0 < row["agent/masked_fraction"] < 1.0 for row in steps)
+    assert metrics["logged_steps"] == 2 and metrics["env"]["queries"] >= 0
+    rollouts = (out / "rollouts.jsonl").read_text().splitlines()
+    assert len(rollouts) == 8
+    assert metrics["train_loss"] is not None and metrics["reward_first"] >= 0.0
+    assert AutoModelForCausalLM.from_pretrained(out / "final").config.model_type == "llama"
+    assert (out / "config.yaml").is_file() and (out / "run.json").is_file()
+
+
+def test_reward_summary_windows():
+    history = [{"step": s, "reward": 0.1 if s <= 10 else 0.3} for s in range(1, 31)]
+    assert reward_summary(history) == {"reward_first": 0.1, "reward_last": 0.3, "reward_window": 10,
+                                       "logged_steps": 30}  # fmt: skip
