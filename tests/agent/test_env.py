@@ -25,7 +25,8 @@ def test_verbal_observations_from_a_served_reranker(world, vllm_server):
     """The verbal reranker is the embedded model behind a real vLLM server on loopback; a turn's equal
     queries are retrieved and judged once, in one batched call."""
     search = SearchConfig(index=str(world["index"]), reranker_base_url=vllm_server.base_url,
-                          reranker_model="smollm2-135m-instruct", reranker_max_tokens=24)  # fmt: skip
+                          reranker_model="smollm2-135m-instruct", reranker_tokenizer="smollm2-135m-instruct",
+                          reranker_max_tokens=24)  # fmt: skip
     with ExitStack() as stack:
         env = open_env(stack, search, EnvConfig(num_retrieve=3, num_shown=2, doc_max_words=30))
         obs = env.observe(["born in", " born  in", "founded", ""])

@@ -102,6 +102,7 @@ def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer):
     assert loss_and_entropy(trainer, noisy_ref)[0] != pytest.approx(base[0], abs=1e-6)
 
 
+@pytest.mark.slow  # ~3 min on 2 cores: two real GRPO steps through the recipe's main
 def test_recipe_trains_logs_and_saves(world, smollm2_path, tmp_path):
     out = tmp_path / "run"
     argv = ["--dataset", str(world["questions"]), "--index", str(world["index"]), "--observation", "raw",

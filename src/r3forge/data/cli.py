@@ -1,4 +1,4 @@
-"""`r3forge data synth-world|show|pool`."""
+"""`r3forge data synth-world|show|pool|filter-closed-book|agent-warmstart`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from r3forge.agent.data import FilterConfig, filter_closed_book
+from r3forge.agent.env import EnvConfig, SearchConfig
+from r3forge.agent.warmstart import WarmstartArgs, write_warmstart
+from r3forge.annotate.teacher import TeacherConfig
 from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.data import synth_world
@@ -18,6 +22,8 @@ SUBCOMMANDS = {
     "synth-world": "Invent the synthetic world: corpus + 1/2-hop questions (FlashRAG jsonl + HF datasets).",
     "show": "Load any supported file (format auto-detected) and print counts and the first records.",
     "pool": "Pool the passages of QA records into one de-duplicated corpus JSONL (to index with BM25/dense).",
+    "filter-closed-book": "Drop questions the base generator answers closed-book in any of k samples (yes/no kept).",
+    "agent-warmstart": "SFT rows of worked search trajectories (real observations) to warm-start a small agent.",
 }
 
 
@@ -97,6 +103,17 @@ def main(argv: list[str]) -> int:
     if sub == "pool":
         (cfg,) = parse_config((PoolConfig,), rest, prog="r3forge data pool")
         pool(cfg)
+        return 0
+    if sub == "filter-closed-book":
+        cfg, teacher = parse_config(
+            (FilterConfig, TeacherConfig), rest, prog="r3forge data filter-closed-book"
+        )
+        filter_closed_book(cfg, teacher)
+        return 0
+    if sub == "agent-warmstart":
+        args, search, env = parse_config((WarmstartArgs, SearchConfig, EnvConfig), rest,
+                                         prog="r3forge data agent-warmstart")  # fmt: skip
+        write_warmstart(args, search, env)
         return 0
     raise ConfigError(f"unknown subcommand 'data {sub}'; choose from {list(SUBCOMMANDS)}")
 

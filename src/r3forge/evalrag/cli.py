@@ -1,4 +1,4 @@
-"""`r3forge eval rag|report`."""
+"""`r3forge eval rag|report|agent|tts`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from r3forge.agent import evaluate as eval_agent
+from r3forge.agent import tts
 from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
@@ -16,6 +18,8 @@ from r3forge.evalrag.tuning import write_tuned
 SUBCOMMANDS = {
     "rag": "Single-turn RAG: retrieve -> rerank/admit (IGP, verbal, baselines) -> Top-M -> answer -> score.",
     "report": "One table and plots over several `eval rag` run folders (e.g. one per dataset).",
+    "agent": "Multi-turn search agent on held-out questions: EM/F1, searches, RA-R, CUE-R.",
+    "tts": "Test-time scaling: relevance-guided vs majority voting (with/without unique queries), reranker calls.",
 }
 
 
@@ -48,6 +52,10 @@ def main(argv: list[str]) -> int:
     sub, rest = argv[0], argv[1:]
     if sub == "rag":
         return pipeline.cli(rest)
+    if sub == "agent":
+        return eval_agent.cli(rest)
+    if sub == "tts":
+        return tts.cli(rest)
     if sub == "report":
         (args,) = parse_config((ReportArgs,), rest, prog="r3forge eval report")
         report_main(args)

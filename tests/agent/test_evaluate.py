@@ -1,0 +1,96 @@
+"""`r3forge eval agent` and `r3forge eval tts` end to end on the small world (embedded model, raw observations
+from a real BM25 index), plus the pieces of Algorithm A1."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv
+from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
+from r3forge.agent.evaluate import main as eval_main
+from r3forge.agent.rollout import RolloutConfig, Turn, encode_prompt
+from r3forge.agent.tts import TTSConfig, keep_probability, majority, relevance_guided, shares
+from r3forge.agent.tts import main as tts_main
+from r3forge.config import parse_config
+from r3forge.errors import ConfigError
+from r3forge.retrieval import load_retriever
+
+
+def flags(world, smollm2_path, out, *extra):
+    return ["--model", str(smollm2_path), "--dataset", str(world["questions"]), "--output_dir", str(out),
+            "--split", "all", "--max_questions", "3", "--example", "true", "--index", str(world["index"]),
+            "--observation", "raw", "--num_shown", "1", "--doc_max_words", "20", "--max_turns", "1",
+            "--max_turn_tokens", "24", "--max_obs_tokens", "40", "--max_completion_tokens", "160", *extra]  # fmt: skip
+
+
+def test_eval_agent_writes_rows_and_summary(world, smollm2_path, tmp_path):
+    summary = eval_main(*parse_config(EVAL_AGENT_CONFIGS, flags(world, smollm2_path, tmp_path / "e")))
+    rows = [json.loads(line) for line in (tmp_path / "e" / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == summary["questions"] == 3
+    for row in rows:
+        assert row["searches"] == len(row["queries"]) <= 1 and row["em"] in (0.0, 1.0)
+        assert row["ra_r"] in (True, False) and 0.0 <= row["f1"] <= 1.0
+    assert summary["searches_per_question"] == sum(r["searches"] for r in rows) / 3
+    assert summary["env"]["queries"] == sum(r["searches"] for r in rows)
+    ra = [r for r in rows if r["ra_r"]]
+    assert summary["cue_r"] == (sum(r["em"] for r in ra) / len(ra) if ra else None)
+
+
+@pytest.mark.slow  # ~3 min on 2 cores: three strategies x 3 questions x 3 samples
+def test_eval_tts_three_strategies_count_calls(world, smollm2_path, tmp_path):
+    argv = flags(
+        world, smollm2_path, tmp_path / "t", "--temperature", "1.0", "--samples", "3", "--iterations", "2"
+    )
+    configs = parse_config((EVAL_AGENT_CONFIGS[0], TTSConfig, *EVAL_AGENT_CONFIGS[1:]), argv)
+    summary = tts_main(*configs)
+    for strategy in ("naive", "naive_unique", "relevance"):
+        s = summary[strategy]
+        assert 0.0 <= s["em"] <= 1.0 and s["answers_per_question"] <= 3
+    # the same rollouts with and without unique-query extraction: equal queries, fewer retrievals
+    assert (
+        summary["naive"]["queries"]
+        == summary["naive_unique"]["queries"]
+        == summary["naive"]["unique_queries"]
+    )
+    assert summary["naive_unique"]["unique_queries"] <= summary["naive"]["unique_queries"]
+    rows = (tmp_path / "t" / "rows.jsonl").read_text().splitlines()
+    assert len(rows) == 9
+
+
+class AlwaysSearch:
+    """Every branch searches the same query on the first iteration and answers on the second."""
+
+    def __init__(self, tokenizer):
+        self.tok, self.calls = tokenizer, []
+
+    def generate(self, prompts, max_new_tokens):
+        self.calls.append(len(prompts))
+        text = "<search> born in </search>" if len(self.calls) == 1 else "<answer> 1858 </answer>"
+        ids = self.tok.encode(text, add_special_tokens=False)
+        return [Turn(ids, [0.0] * len(ids), "stop") for _ in prompts]
+
+
+def test_relevance_guided_dedups_globally_and_spends_the_budget(world, smollm2_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path)
+    env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
+    policy = AlwaysSearch(tok)
+    prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
+    final = relevance_guided(prompt, policy, env, tok, RolloutConfig(max_obs_tokens=30),
+                             TTSConfig(samples=4, iterations=3), random.Random(0))  # fmt: skip
+    assert final == ["1858"] * 4 and policy.calls == [4, 4]
+    assert env.counters.queries == 4 and env.counters.unique_queries == 1  # one retrieval for four branches
+
+
+def test_algorithm_pieces():
+    assert shares(5, [(1.0, 0.0), (2.0, 0.0)]) == [2, 3]
+    assert keep_probability(5.0, 5.0, 7.5) == 1.0 and keep_probability(2.5, 5.0, 1.0) == 0.5
+    assert majority([]) == "" and majority(["", "x"]) == "x"
+    with pytest.raises(ConfigError, match="strategies"):
+        TTSConfig(strategies=["best_of_n"])
+    with pytest.raises(ConfigError, match="exactly one of"):
+        SearchConfig(index="a", retriever_url="b")
