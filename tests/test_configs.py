@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from r3forge.agent.config import GRPO_CONFIGS
+from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS, EvalAgentConfig
+from r3forge.agent.tts import TTSConfig
 from r3forge.annotate.jobs import JUDGE_CONFIGS, PARAPHRASE_CONFIGS, VERBAL_CONFIGS
 from r3forge.config import parse_config
 from r3forge.demo import DemoConfig
@@ -31,12 +34,17 @@ CLASSES = {
     "eval/igp_popqa_bm25_cpu.yaml": EVAL_CONFIGS,
     "eval/igp_world_cpu.yaml": EVAL_CONFIGS,
     "eval/igp_qwen2.5-7b_vllm.yaml": EVAL_CONFIGS,
+    "eval/agent_world_cpu.yaml": EVAL_AGENT_CONFIGS,
+    "eval/tts_world_cpu.yaml": (EvalAgentConfig, TTSConfig, *EVAL_AGENT_CONFIGS[1:]),
+    "sft/agent_warmstart_cpu.yaml": SFT_CONFIGS,
+    "grpo/agent_world_cpu.yaml": GRPO_CONFIGS,
 }
 # GPU recipes: bf16 is refused on a machine without a GPU, so they are parsed with it switched off
 GPU_CLASSES = {
     "sft/verbal_reranker_qwen2.5-1.5b.yaml": SFT_CONFIGS,
     "sft/verbal_reranker_qwen2.5-3b.yaml": SFT_CONFIGS,
     "sft/qream_ft_llama3.2-1b.yaml": SFT_CONFIGS,
+    "grpo/agent_qwen2.5-3b.yaml": GRPO_CONFIGS,
 }
 
 

@@ -36,11 +36,12 @@ from r3forge.models import resolve_model
 
 @dataclass
 class EvalAgentConfig:
-    model: str = field(
-        metadata={"help": "The generator: a checkpoint folder (GRPO final/), an embedded name or Hub id."}
-    )
     dataset: str = field(metadata={"help": "Questions (the training file: its held-out split is scored)."})
     output_dir: str = field(metadata={"help": "Run folder: rows.jsonl, summary.json, config.yaml."})
+    model: str = field(
+        default="smollm2-135m-instruct",
+        metadata={"help": "The generator: a checkpoint folder (GRPO final/), an embedded name or Hub id."},
+    )
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
     split: Literal["heldout", "train", "all"] = field(
         default="heldout", metadata={"help": "Which hashed split of `dataset` to score."}
