@@ -70,10 +70,10 @@ def open_policy(config: EvalAgentConfig) -> tuple[Policy, Any]:
     path = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if config.policy_backend == "vllm":
-        from vllm import LLM  # only on this path
+        from r3forge.backends.vllm_engine import VLLMEngineBackend, VLLMEngineConfig  # imports vllm (seconds)
 
-        llm = LLM(model=str(path), seed=config.seed, enable_prefix_caching=True)
-        return VLLMPolicy(llm, tokenizer.eos_token_id, config.temperature, config.top_p), tokenizer
+        engine = VLLMEngineBackend(VLLMEngineConfig(model=str(path), seed=config.seed))  # CPU/GPU settings
+        return VLLMPolicy(engine.llm, tokenizer.eos_token_id, config.temperature, config.top_p), tokenizer
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     return HFPolicy(model, tokenizer, config.temperature, config.top_p, config.batch_size), tokenizer
 

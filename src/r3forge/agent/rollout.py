@@ -246,6 +246,8 @@ def run_rollouts(
     rollouts = [Rollout(list(p)) for p in prompt_ids]
     active = list(range(len(rollouts)))
     for t in range(config.max_turns + 1):
+        if not active:
+            break
         final = t == config.max_turns
         # > 0 for every active rollout: one that fills the budget is finished at the end of its turn
         room = {i: max_completion_tokens - len(rollouts[i].completion_ids) for i in active}
