@@ -96,7 +96,7 @@ def keep_probability(s_q: float, s_best: float, alpha: float) -> float:
     """(s_q / s_best)^alpha; 1 when no query scored above 0.
 
     >>> round(keep_probability(4.0, 5.0, 7.5), 4), keep_probability(0.0, 0.0, 7.5)
-    (0.1877, 1.0)
+    (0.1876, 1.0)
     """
     return 1.0 if s_best <= 0 else (max(s_q, 0.0) / s_best) ** alpha
 
