@@ -32,6 +32,7 @@ import torch
 from r3forge.agent.data import load_rows
 from r3forge.agent.env import EnvConfig, EnvCounters, SearchConfig, SearchEnv, open_env
 from r3forge.agent.evaluate import EvalAgentConfig, open_policy
+from r3forge.agent.reward import parse_completion
 from r3forge.agent.rollout import Encoder, Policy, RolloutConfig, encode_prompt, run_rollouts, turn_action
 from r3forge.config import parse_config, save_config
 from r3forge.errors import ConfigError
@@ -176,8 +177,8 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
                     rs = run_rollouts(
                         [prompt] * tts.samples, policy, env, tokenizer, rollout, config.max_completion_tokens
                     )
-                    answers = [turn_action(tokenizer.decode(r.completion_ids, skip_special_tokens=True))[1]
-                               for r in rs if r.finish == "answer"]  # fmt: skip
+                    texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rs]
+                    answers = [a for a in (parse_completion(x).answer for x in texts) if a is not None]
                 vote = majority(answers)
                 scored.append({"id": row["id"], "answers": row["answers"], "votes": answers, "prediction": vote,
                                "em": exact_match(vote, row["answers"]), "f1": f1_score(vote, row["answers"])})  # fmt: skip
