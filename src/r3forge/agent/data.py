@@ -24,6 +24,7 @@ from r3forge.backends.base import GenerationRequest
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import exact_match, normalize_answer
+from r3forge.sft.run import write_jsonl
 
 INSTRUCTION_VERBAL = (
     "Answer the question. Think step by step. When you are missing a fact, search for it with "
@@ -146,12 +147,7 @@ def filter_closed_book(config: FilterConfig, teacher: TeacherConfig) -> dict[str
                              "metadata": {"closed_book_hits": int(hits), "closed_book_samples": config.samples,
                                           "closed_book_answered": bool(answered)}})  # fmt: skip
     out = Path(config.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in kept:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(out)
+    write_jsonl(out, kept)
     stats = {"questions": len(records), "answered_closed_book": dropped, "yes_no_exempt": exempt,
              "written": len(kept), "model": model.model_id, "output": str(out)}  # fmt: skip
     print(json.dumps(stats))

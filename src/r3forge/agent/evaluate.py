@@ -32,6 +32,7 @@ from r3forge.config import parse_config, save_config
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import answer_in_text, exact_match, f1_score
 from r3forge.models import resolve_model
+from r3forge.sft.run import write_json, write_jsonl
 
 
 @dataclass
@@ -153,10 +154,8 @@ def main(
         "env": counters,
         "seconds": round(time.time() - start, 1),
     }
-    with open(out / "rows.jsonl", "w", encoding="utf-8") as f:
-        for row in scored:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_jsonl(out / "rows.jsonl", scored)
+    write_json(out / "summary.json", summary)
     print(json.dumps(summary))
     return summary
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+from transformers import set_seed
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 from trl.models import unwrap_model_for_generation
 
@@ -42,8 +42,7 @@ from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
 from r3forge.config import parse_config, save_config
 from r3forge.errors import ConfigError
-from r3forge.models import resolve_model
-from r3forge.sft.recipe import model_dtype
+from r3forge.sft.recipe import load_model
 from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info, write_json
 
 
@@ -140,13 +139,7 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
                      script.max_train_questions, script.qa_format, script.example)  # fmt: skip
     train = datasets.Dataset.from_list(rows)
 
-    base = model_args.model_name_or_path or "smollm2-135m-instruct"
-    path = resolve_model(base)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args, training),
-                                                 attn_implementation=model_args.attn_implementation)  # fmt: skip
+    base, model, tokenizer = load_model(model_args, training)
     if training.reward_weights is None:
         training.reward_weights = [1.0, 0.0]  # answer_reward trains; format_reward is logged only
     with ExitStack() as stack:

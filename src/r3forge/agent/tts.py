@@ -37,6 +37,7 @@ from r3forge.agent.rollout import Encoder, Policy, RolloutConfig, encode_prompt,
 from r3forge.config import parse_config, save_config
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import exact_match, f1_score, normalize_answer
+from r3forge.sft.run import write_json, write_jsonl
 
 STRATEGIES = ("naive", "naive_unique", "relevance")
 
@@ -192,11 +193,11 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
     for strategy in tts.strategies:
         if base:
             summary[strategy]["pairs_vs_naive"] = summary[strategy]["reranker_pairs"] / base - 1
-    with open(out / "rows.jsonl", "w", encoding="utf-8") as f:
-        for strategy, scored in results.items():
-            for r in scored:
-                f.write(json.dumps({"strategy": strategy, **r}, ensure_ascii=False) + "\n")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_jsonl(
+        out / "rows.jsonl",
+        [{"strategy": strategy, **r} for strategy, scored in results.items() for r in scored],
+    )
+    write_json(out / "summary.json", summary)
     print(json.dumps(summary))
     return summary
 

@@ -23,6 +23,7 @@ from typing import Any
 from r3forge.agent.data import hops, instruction, is_heldout, trajectory
 from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv, open_env
 from r3forge.data.loaders import load_qa
+from r3forge.sft.run import write_jsonl
 
 
 @dataclass
@@ -56,14 +57,10 @@ def write_warmstart(args: WarmstartArgs, search: SearchConfig, env_config: EnvCo
             for i, obs in zip(todo, env.observe([chains[i][k][0] for i in todo]), strict=True):
                 observed[i].append(obs.text)
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r, obs in zip(records, observed, strict=True):
-            row = {"id": r["id"], "prompt": instruction(r["question"], env_config.observation, args.example),
-                   "completion": [{"role": "assistant", "content": trajectory(r, obs)}]}  # fmt: skip
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(out)
+    rows = [{"id": r["id"], "prompt": instruction(r["question"], env_config.observation, args.example),
+             "completion": [{"role": "assistant", "content": trajectory(r, obs)}]}
+            for r, obs in zip(records, observed, strict=True)]  # fmt: skip
+    write_jsonl(out, rows)
     stats = {"rows": len(records), "searches": env.counters.queries, "output": str(out)}
     print(json.dumps(stats))
     return stats

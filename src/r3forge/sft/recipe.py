@@ -62,11 +62,24 @@ def load_split(path: str, split: str, limit: int | None) -> datasets.Dataset:
     return data.select(range(min(limit, len(data)))) if limit is not None else data
 
 
-def model_dtype(model_args: ModelConfig, training: SFTConfig) -> torch.dtype:
+def model_dtype(model_args: ModelConfig, training: Any) -> torch.dtype:
     """`dtype: auto` (or unset): bf16 when training in bf16 on a GPU, else fp32."""
     if model_args.dtype and model_args.dtype != "auto":
         return getattr(torch, model_args.dtype)
     return torch.bfloat16 if training.bf16 and torch.cuda.is_available() else torch.float32
+
+
+def load_model(model_args: ModelConfig, training: Any) -> tuple[str, Any, Any]:
+    """(base name, model, tokenizer) of a training run: an embedded name (default SmolLM2), a local folder or
+    a Hub id, in the training precision (`model_dtype`); the tokenizer pads with EOS when it has no pad."""
+    base = model_args.model_name_or_path or "smollm2-135m-instruct"
+    path = resolve_model(base)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args, training),
+                                                 attn_implementation=model_args.attn_implementation)  # fmt: skip
+    return base, model, tokenizer
 
 
 def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfig) -> dict[str, Any]:
@@ -89,13 +102,7 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
         raise ConfigError(f"{script.dataset}: task {script.task} needs column(s) {sorted(missing)}")
 
     # model: an embedded name, a local folder or a Hub id; LoRA when use_peft
-    base = model_args.model_name_or_path or "smollm2-135m-instruct"
-    path = resolve_model(base)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args, training),
-                                                 attn_implementation=model_args.attn_implementation)  # fmt: skip
+    base, model, tokenizer = load_model(model_args, training)
     training.completion_only_loss = (
         True if training.completion_only_loss is None else training.completion_only_loss
     )
