@@ -14,11 +14,14 @@ from r3forge.demo import DemoConfig
 from r3forge.evalrag.pipeline import EVAL_CONFIGS
 from r3forge.qream.apply import REWRITE_CONFIGS
 from r3forge.qream.pipeline import QREAM_CONFIGS
+from r3forge.quickstart import QuickstartConfig
 from r3forge.sft.config import SFT_CONFIGS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CLASSES = {
     "demo.yaml": (DemoConfig,),
+    "quickstart.yaml": (QuickstartConfig,),
+    "annotate/verbal_world_cpu.yaml": VERBAL_CONFIGS,
     "annotate/verbal_hotpotqa_cpu.yaml": VERBAL_CONFIGS,
     "annotate/verbal_nq_gptoss120b.yaml": VERBAL_CONFIGS,
     "annotate/judge_hotpotqa_cpu.yaml": JUDGE_CONFIGS,

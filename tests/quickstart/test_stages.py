@@ -1,0 +1,125 @@
+"""The quickstart runner on its first, cheap stages (real subprocesses of the real commands): the plan, the
+state file, resume, a failed stage's message and what a rerun does with its partial output."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from r3forge.agent.config import GRPO_CONFIGS
+from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
+from r3forge.annotate.jobs import VERBAL_CONFIGS
+from r3forge.config import parse_config
+from r3forge.errors import ConfigError
+from r3forge.evalrag.pipeline import EVAL_CONFIGS
+from r3forge.quickstart.report import write_report
+from r3forge.quickstart.stages import (
+    STAGE_NAMES,
+    QuickstartConfig,
+    StageFailed,
+    build_stages,
+    fill,
+    find_run,
+    main,
+    read_state,
+)
+from r3forge.sft.config import SFT_CONFIGS
+
+TINY = dict(world_passages=200, world_questions=30, annotate_questions=2)
+URLS = {"teacher_url": "http://127.0.0.1:1/v1", "student_url": "http://127.0.0.1:2/v1"}
+
+
+def test_plan_covers_every_stage_and_its_flags_parse(tmp_path: Path):
+    stages = build_stages(QuickstartConfig(), tmp_path / "run")
+    assert tuple(s.name for s in stages) == STAGE_NAMES
+    parsers = {("annotate", "verbal"): VERBAL_CONFIGS, ("sft",): SFT_CONFIGS, ("grpo",): GRPO_CONFIGS,
+               ("eval", "rag"): EVAL_CONFIGS, ("eval", "agent"): EVAL_AGENT_CONFIGS}  # fmt: skip
+    checked = 0
+    for stage in stages:
+        argv = fill(stage.argv, URLS)
+        assert not any("{" in a for a in argv), stage.name
+        for prefix, classes in parsers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                parse_config(classes, argv[len(prefix) :])  # every flag exists and converts
+                checked += 1
+    assert checked == 7  # annotate, 2x sft, rag, 2x eval agent, grpo
+    servers = {s.name: s.server for s in stages if s.server}
+    assert servers == {"annotate": "teacher", "rag": "student", "agent-before": "student", "grpo": "student",
+                       "agent-after": "student"}  # fmt: skip
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ConfigError, match="stop_after: unknown stage 'wrld'"):
+        QuickstartConfig(stop_after="wrld")
+    with pytest.raises(ConfigError, match="grpo_steps"):
+        QuickstartConfig(grpo_steps=0)
+
+
+def test_runs_resumes_and_recovers_from_a_failed_stage(tmp_path: Path, smollm2_path: Path, capsys):
+    config = QuickstartConfig(output_root=str(tmp_path), stop_after="reranker-world", **TINY)
+    run = main(config)
+    state = read_state(run)
+    assert [n for n, r in state["stages"].items() if r["status"] == "done"] == [
+        "models",
+        "world",
+        "reranker-world",
+    ]
+    assert (run / "world" / "corpus.jsonl").is_file() and (run / "logs" / "world.log").is_file()
+    assert state["stages"]["world"]["command"].startswith("r3forge data synth-world --seed 0")
+    assert not state["finished"]
+
+    # the next stage cannot write its output: it fails, names itself and its log, keeps the earlier outputs
+    (run / "index").write_text("in the way")
+    config.stop_after = "index"
+    with pytest.raises(StageFailed, match=r"stage 'index' failed \(exit code 1\)") as err:
+        main(config)  # finds the unfinished run by its settings
+    assert f"{run}/logs/index.log" in str(err.value) and "resume at 'index'" in str(err.value)
+    assert read_state(run)["stages"]["index"]["status"] == "failed"
+    assert (run / "world" / "corpus.jsonl").is_file()
+
+    # the rerun resumes at the failed stage, moving its partial output aside (kept), and skips the done ones
+    capsys.readouterr()
+    assert main(config) == run
+    log = capsys.readouterr().err
+    assert "resuming at 'index'" in log and "== [2/" not in log
+    assert (run / "index.interrupted-1").read_text() == "in the way"
+    assert (run / "index" / "manifest.json").is_file() or any((run / "index").iterdir())
+    state = read_state(run)
+    assert state["stages"]["index"] | {"seconds": 0} == {"status": "done", "attempts": 2, "seconds": 0,
+                                                        "command": state["stages"]["index"]["command"]}  # fmt: skip
+
+    # a partial report from what ran so far: the stage table and the exact commands
+    report = write_report(run, config, build_stages(config, run), state).read_text()
+    assert "| 4 | `index` |" in report and shlex.join(["--output", f"{run}/index"]) in report
+    assert "## Resolved configs" in report and "world_questions: 30" in report
+
+
+def test_find_run_matches_settings(tmp_path: Path):
+    config = QuickstartConfig(output_root=str(tmp_path), **TINY)
+    run, state = find_run(config)
+    assert state == {} and run.parent == tmp_path and run.name.startswith("quickstart-")
+    run.mkdir()
+    (run / "state.json").write_text(json.dumps({"settings": {"seed": 5}, "stages": {}, "finished": False}))
+    assert find_run(config)[0] != run  # other settings: not resumed
+    with pytest.raises(ConfigError, match=r"other settings \(.*world_questions"):
+        find_run(QuickstartConfig(run_dir=str(run), **TINY))
+
+
+@pytest.mark.slow
+def test_the_whole_quickstart_small(tmp_path: Path, smollm2_path: Path):
+    """Every stage for real (two vLLM servers, two SFTs, GRPO), at toy sizes: ~10 min on 2 cores."""
+    config = QuickstartConfig(output_root=str(tmp_path), world_passages=300, world_questions=60,
+                              annotate_questions=3, docs_per_question=4, reranker_eval_samples=4, rag_questions=4,
+                              rag_thresholds=[0.0], warmstart_questions=8, grpo_steps=2, agent_questions=4)  # fmt: skip
+    run = main(config)
+    state = read_state(run)
+    assert state["finished"] and all(r["status"] == "done" for r in state["stages"].values())
+    report = (run / "REPORT.md").read_text()
+    for heading in ("## 1. Teacher annotation", "## 2. Verbal reranker student", "## 3. Single-turn RAG",
+                    "## 4. Search agent", "## Next: the same recipes at paper scale"):  # fmt: skip
+        assert heading in report
+    assert "| after GRPO |" in report and (run / "grpo_reward.png").is_file()
+    assert list((run / "rag").glob("pareto_*.png")) and (run / "reranker" / "config.json").is_file()
