@@ -250,6 +250,18 @@ def test_triviaqa_aliases_and_generated_ids():
 
 
 @needs_shared
+@needs_shared
+def test_saved_dataset_folder_loads_and_is_checked(tmp_path: Path):
+    qa = load_qa(SHARED_DATA / "flashrag/nq_test_toy.jsonl")
+    qa.save_to_disk(str(tmp_path / "questions"))
+    again = load_qa(str(tmp_path / "questions"))
+    assert again.column_names == qa.column_names and again[6] == qa[6]
+    with pytest.raises(DataFormatError, match=r"questions: saved dataset lacks the corpus columns"):
+        load_corpus(tmp_path / "questions")
+    with pytest.raises(DataFormatError, match="save_to_disk folder: load it with load_qa"):
+        list(iter_qa(tmp_path / "questions"))
+
+
 def test_title_to_sentences_corpus():
     corpus = load_corpus(SHARED_DATA / "hipporag/hotpotqa_train_corpus.json")
     first = corpus[0]

@@ -132,6 +132,8 @@ def load_qa(
     """
     if _is_hub(path):
         return _load_hub(str(path), format, split, source, _QA)
+    if _is_saved(path):
+        return _load_saved(Path(path), _QA)
     return _build(_plan(path, format, _QA), _QA, split, source, cache_dir)
 
 
@@ -141,6 +143,8 @@ def load_corpus(
     """Load passages (`PASSAGE_FEATURES`) from local file(s) (path, list, glob or folder) or the Hub."""
     if _is_hub(path):
         return _load_hub(str(path), format, split, None, _CORPUS)
+    if _is_saved(path):
+        return _load_saved(Path(path), _CORPUS)
     return _build(_plan(path, format, _CORPUS), _CORPUS, split, None, cache_dir)
 
 
@@ -178,12 +182,34 @@ def _is_hub(path: PathSpec) -> bool:
     return isinstance(path, str) and path.startswith("hf://")
 
 
+def _is_saved(path: PathSpec) -> bool:
+    """A `Dataset.save_to_disk` folder (the synthetic world's hf/questions, hf/corpus)."""
+    return isinstance(path, str | os.PathLike) and (Path(path).expanduser() / "dataset_info.json").is_file()
+
+
+def _load_saved(folder: Path, kind: _Kind) -> datasets.Dataset:
+    """A saved canonical Dataset, checked to carry the kind's columns."""
+    ds = datasets.load_from_disk(str(folder.expanduser()))
+    if not isinstance(ds, datasets.Dataset):
+        raise DataFormatError(folder, None, "is a saved DatasetDict; pass one of its split folders")
+    missing = sorted(set(kind.features) - set(ds.column_names))
+    if missing:
+        raise DataFormatError(
+            folder, None, f"saved dataset lacks the {kind.name} columns {missing}: use {kind.other}"
+        )
+    return ds
+
+
 def _resolve(path: PathSpec) -> list[Path]:
     """Files named by a path, a folder (its .json/.jsonl files), a glob, or a sequence of those."""
     items = [path] if isinstance(path, str | os.PathLike) else list(path)
     files: list[Path] = []
     for item in items:
         candidate = Path(item).expanduser()
+        if (candidate / "dataset_info.json").is_file():
+            raise DataFormatError(
+                candidate, None, "is a save_to_disk folder: load it with load_qa/load_corpus"
+            )
         if candidate.is_dir():
             found = sorted(
                 p for p in candidate.iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES

@@ -29,8 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import datasets
-
 from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
 from r3forge.config import parse_config, save_config
@@ -55,12 +53,8 @@ EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, TeacherConfig, QreamStepConfi
 
 def load_questions(config: EvalRagConfig) -> list[dict]:
     """Questions with their N candidates: {"id", "question", "answers", "candidates": [Candidate]}."""
-    folder = Path(config.qa_path)
-    # a saved canonical Dataset (the synthetic world's hf/questions), else a QA file for load_qa
-    if (folder / "dataset_info.json").is_file():
-        records = datasets.load_from_disk(str(folder))
-    else:
-        records = load_qa(config.qa_path, config.qa_format)
+    # QA files, or a saved canonical Dataset (the synthetic world's hf/questions)
+    records = load_qa(config.qa_path, config.qa_format)
     limit = min(config.max_questions or len(records), len(records))
     records = records.select(range(limit))
     if config.candidates == "own":
