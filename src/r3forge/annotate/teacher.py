@@ -33,7 +33,10 @@ class TeacherConfig:
     )
     model: str = field(
         default="smollm2-135m-instruct",
-        metadata={"help": "Teacher model: embedded name, folder or Hub id (openai: the served name)."},
+        metadata={
+            "help": "The LLM (annotate: the teacher; eval rag: the generator): embedded name, folder or Hub id "
+            "(openai: the served name)."
+        },
     )
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "openai backend: API root."})
     api_key: str = field(
