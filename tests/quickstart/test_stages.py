@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +99,42 @@ def test_runs_resumes_and_recovers_from_a_failed_stage(tmp_path: Path, smollm2_p
     report = write_report(run, config, build_stages(config, run), state).read_text()
     assert "| 4 | `index` |" in report and shlex.join(["--output", f"{run}/index"]) in report
     assert "## Resolved configs" in report and "world_questions: 30" in report
+
+
+def test_sigterm_stops_the_stage_and_a_rerun_resumes_it(tmp_path: Path, smollm2_path: Path, capsys):
+    """SIGTERM (a scheduler, `kill`) mid-stage: the stage's process goes down with the quickstart, which says
+    where it stopped; the same command then resumes at that stage."""
+    flags = [f"--{k}={' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in TINY.items()]
+    argv = [sys.executable, "-m", "r3forge", "quickstart", "--output_root", str(tmp_path), "--stop_after",
+            "index", *flags]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait for the world stage's child to run
+        states = list(tmp_path.glob("quickstart-*/state.json"))
+        if (
+            states
+            and read_state(states[0].parent).get("stages", {}).get("world", {}).get("status") == "running"
+        ):
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the world stage never started")
+    run = states[0].parent
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert f"interrupted during 'world'; the finished stages are kept in {run}" in err
+    children = subprocess.run(["pgrep", "-f", f"synth-world.*{run}"], capture_output=True, text=True).stdout
+    assert children.strip() == "", "the stage's process outlived the quickstart"
+    assert read_state(run)["stages"]["world"]["status"] == "running"
+
+    capsys.readouterr()
+    config = QuickstartConfig(output_root=str(tmp_path), stop_after="index", **TINY)
+    assert main(config) == run
+    assert "resuming at 'world'" in capsys.readouterr().err
+    assert read_state(run)["stages"]["world"]["attempts"] == 2 and (run / "world" / "corpus.jsonl").is_file()
 
 
 def test_find_run_matches_settings(tmp_path: Path):

@@ -86,18 +86,18 @@ class QuickstartConfig:
         default="smollm2-135m-instruct", metadata={"help": "Generator: the RAG reader and the search agent."}
     )
     annotate_questions: int = field(
-        default=16, metadata={"help": "Reranker-world questions the teacher annotates (x docs_per_question)."}
+        default=12, metadata={"help": "Reranker-world questions the teacher annotates (x docs_per_question)."}
     )
     docs_per_question: int = field(default=8, metadata={"help": "Graded passages annotated per question."})
     reranker_eval_samples: int = field(
-        default=24, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
+        default=16, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
     )
-    rag_questions: int = field(default=24, metadata={"help": "World questions of the single-turn RAG table."})
+    rag_questions: int = field(default=16, metadata={"help": "World questions of the single-turn RAG table."})
     rag_thresholds: list[float] = field(
         default_factory=lambda: [0.0, 0.1], metadata={"help": "IGP T_p values of the RAG table."}
     )
     warmstart_questions: int = field(
-        default=64, metadata={"help": "Worked trajectories of the generator's format warm start."}
+        default=128, metadata={"help": "Worked trajectories of the generator's format warm start."}
     )
     grpo_steps: int = field(default=4, metadata={"help": "GRPO steps (8 rollouts each on CPU)."})
     agent_questions: int = field(
@@ -260,6 +260,7 @@ def run_command(argv: list[str], log_path: Path) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
         log.write(f"$ r3forge {shlex.join(argv)}\n".encode())
+        log.flush()
         proc = subprocess.Popen([sys.executable, "-m", "r3forge", *argv], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)  # fmt: skip
         assert proc.stdout is not None
@@ -268,6 +269,7 @@ def run_command(argv: list[str], log_path: Path) -> int:
                 sys.stderr.buffer.write(chunk)
                 sys.stderr.flush()
                 log.write(chunk)
+                log.flush()  # `tail -f logs/<stage>.log` follows the stage
         except BaseException:  # Ctrl-C / SIGTERM of the quickstart: the stage goes down with it
             proc.terminate()
             try:
@@ -359,8 +361,13 @@ def main(config: QuickstartConfig) -> Path:
                 write_report(run, config, stages, state)
                 code = 0
             else:
-                argv = fill(stage.argv, servers.need(stage.server))
-                code = run_command(argv, run / "logs" / f"{stage.name}.log")
+                try:
+                    argv = fill(stage.argv, servers.need(stage.server))
+                    code = run_command(argv, run / "logs" / f"{stage.name}.log")
+                except (KeyboardInterrupt, SystemExit):
+                    print(f"\nquickstart: interrupted during '{stage.name}'; the finished stages are kept in {run}; "
+                          "rerun the same command to resume", file=sys.stderr)  # fmt: skip
+                    raise
             seconds = round(time.perf_counter() - t0, 1)
             state["stages"][stage.name] |= {"status": "done" if code == 0 else "failed", "seconds": seconds,
                                             "command": "r3forge " + shlex.join(stage.argv) if stage.argv else ""}  # fmt: skip
