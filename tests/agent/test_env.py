@@ -19,6 +19,7 @@ def test_raw_observations_and_dedup(world):
     assert len(obs[0].doc_ids) == 2 and obs[2].doc_ids != obs[0].doc_ids
     assert env.counters.as_dict() == {"queries": 3, "unique_queries": 2, "reranker_pairs": 0, "reranker_calls": 0,
                                       "reranker_pairs_requested": 0}  # fmt: skip
+    assert env.seconds > 0.0  # wall time of retrieval (and reranking), for the GRPO step breakdown
 
 
 def test_verbal_observations_from_a_served_reranker(world, vllm_server):

@@ -115,6 +115,7 @@ def test_recipe_trains_logs_and_saves(world, smollm2_path, tmp_path):
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [row for row in logged if "reward" in row]
     assert len(steps) == 2 and all(0.0 < row["agent/masked_fraction"] < 1.0 for row in steps)
+    assert all(0.0 <= row["agent/env_s"] < row["agent/rollout_s"] for row in steps)
     assert metrics["logged_steps"] == 2 and metrics["env"]["queries"] >= 0
     rollouts = (out / "rollouts.jsonl").read_text().splitlines()
     assert len(rollouts) == 8

@@ -9,7 +9,9 @@ Baseline ("TRL single-turn"): `GRPOTrainer` without a rollout_func, the same mod
 optimizer, each completion forced to the multi-turn arm's mean number of policy-generated tokens
 (min_new_tokens = max_completion_length = that mean), so both arms sample the same number of tokens per
 step. Multi-turn ("agent"): the recipe's `AgentRollout` (search -> retriever [-> verbal reranker] ->
-observation, env_mask). Reported: seconds per step of each (the first step is warm-up and left out),
+observation, env_mask). Reported: seconds per step of each (the first step is warm-up and left out), split
+into generation + scoring (for the agent: rollout wall time, of which retrieval + reranking) and the
+loss/backward/optimizer rest,
 generated tokens per step, the ratio agent / single-turn of seconds per generated token (target <= 1.3),
 and the share of queries, retrievals and reranker pairs de-duplication saved.
 Without --reranker_url the observations are raw documents (no reranker cost in the agent arm).
@@ -54,13 +56,29 @@ def common_args(out: Path, steps: int, completion: int, **kw) -> GRPOConfig:
                       **kw)  # fmt: skip
 
 
-def run(trainer: GRPOTrainer) -> tuple[float, list[dict]]:
+def run(trainer: GRPOTrainer) -> tuple[float, float, list[dict]]:
+    """Mean s/step, mean s/step inside `_generate_and_score_completions` (generation, rewards, reference
+    logprobs; TRL's private method, timed by wrapping it), and the reward log rows; step 1 is left out."""
     timer = StepTimer()
     trainer.add_callback(timer)
+    inner, generate_times = trainer._generate_and_score_completions, []
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        out = inner(*args, **kwargs)
+        generate_times.append(time.perf_counter() - start)
+        return out
+
+    trainer._generate_and_score_completions = timed
     timer.last = time.perf_counter()
     trainer.train()
-    steps = timer.times[1:]  # the first step is warm-up
-    return sum(steps) / len(steps), [r for r in trainer.state.log_history if "reward" in r]
+    steps, generate = timer.times[1:], generate_times[1:]  # the first step is warm-up
+    logs = [r for r in trainer.state.log_history if "reward" in r]
+    return sum(steps) / len(steps), sum(generate) / len(generate), logs
+
+
+def mean(rows: list[dict], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows)
 
 
 def main() -> None:
@@ -87,10 +105,8 @@ def main() -> None:
         agent = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[answer_reward],
                             args=common_args(Path(tmp) / "agent", a.steps, 400), train_dataset=data,
                             processing_class=tok, rollout_func=AgentRollout(env, tok, rollout_cfg, 16))  # fmt: skip
-        agent_s, agent_logs = run(agent)
-        generated = sum(r["completions/mean_length"] for r in agent_logs[1:]) / len(
-            agent_logs[1:]
-        )  # policy tokens
+        agent_s, agent_generate_s, agent_logs = run(agent)
+        generated = mean(agent_logs[1:], "completions/mean_length")  # policy tokens
         counters = env.counters.as_dict()
         length = max(1, round(generated))
         set_seed(0)
@@ -98,14 +114,21 @@ def main() -> None:
                              args=common_args(Path(tmp) / "single", a.steps, length,
                                               generation_kwargs={"min_new_tokens": length}),
                              train_dataset=data, processing_class=tok)  # fmt: skip
-        single_s, single_logs = run(single)
-        single_tokens = sum(r["completions/mean_length"] for r in single_logs[1:]) / len(single_logs[1:])
+        single_s, single_generate_s, single_logs = run(single)
+        single_tokens = mean(single_logs[1:], "completions/mean_length")
     per_token_ratio = (agent_s / generated) / (single_s / single_tokens)
     queries, unique = counters["queries"], counters["unique_queries"]
     print(json.dumps({
         "steps_timed": a.steps - 1, "rollouts_per_step": 8,
         "agent_s_per_step": round(agent_s, 2), "agent_generated_tokens_per_rollout": round(generated, 1),
+        "agent_breakdown_s": {"rollout": round(mean(agent_logs[1:], "agent/rollout_s"), 2),
+                              "of_which_env": round(mean(agent_logs[1:], "agent/env_s"), 2),
+                              "generate_and_score": round(agent_generate_s, 2),
+                              "loss_backward_optimizer": round(agent_s - agent_generate_s, 2)},
+        "agent_tokens_per_rollout_incl_masked": round(generated / (1 - mean(agent_logs[1:], "agent/masked_fraction")), 1),
         "single_turn_s_per_step": round(single_s, 2), "single_turn_tokens_per_rollout": round(single_tokens, 1),
+        "single_turn_breakdown_s": {"generate_and_score": round(single_generate_s, 2),
+                                    "loss_backward_optimizer": round(single_s - single_generate_s, 2)},
         "ratio_s_per_generated_token_agent_vs_single_turn": round(per_token_ratio, 3),
         "queries": queries, "unique_queries": unique,
         "dedup_saved_share": round(1 - unique / queries, 3) if queries else None,

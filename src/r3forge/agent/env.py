@@ -16,6 +16,7 @@ Observation formats (the body of `<information>`):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -180,9 +181,17 @@ class SearchEnv:
         if self.config.observation == "verbal" and reranker is None:
             raise ConfigError("observation: verbal needs a reranker")
         self.counters = EnvCounters()
+        self.seconds = 0.0  # wall time spent in retrieval and reranking
 
     def observe(self, queries: Sequence[str]) -> list[Observation]:
         """One observation per query (in order); equal queries share one retrieval and one reranking."""
+        start = time.perf_counter()
+        try:
+            return self._observe(queries)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def _observe(self, queries: Sequence[str]) -> list[Observation]:
         c = self.config
         keys = [normalize_query(q) for q in queries]
         if not c.dedup:  # every query its own search: keys made distinct by position

@@ -65,7 +65,8 @@ class AgentRollout:
     def __call__(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
         args = trainer.args
         ids = [encode_prompt(self.tokenizer, p) for p in prompts]
-        before = self.env.counters.as_dict()
+        before = self.env.counters.as_dict() | {"seconds": self.env.seconds}
+        start = time.perf_counter()
         if args.use_vllm:
             if args.vllm_mode != "colocate":
                 raise ConfigError("the agent recipe needs vllm_mode: colocate (its rollouts call the engine)")
@@ -81,7 +82,7 @@ class AgentRollout:
                 rollouts = run_rollouts(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
-        self.log(trainer, rollouts, before)
+        self.log(trainer, rollouts, before, time.perf_counter() - start)
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],
             "completion_ids": [r.completion_ids for r in rollouts],
@@ -90,7 +91,9 @@ class AgentRollout:
             "num_searches": [len(r.searches) for r in rollouts],
         }
 
-    def log(self, trainer: GRPOTrainer, rollouts: list[Rollout], before: dict[str, int]) -> None:
+    def log(
+        self, trainer: GRPOTrainer, rollouts: list[Rollout], before: dict[str, float], seconds: float
+    ) -> None:
         tokens = sum(len(r.completion_ids) for r in rollouts)
         n = len(rollouts)
         after = self.env.counters.as_dict()
@@ -103,6 +106,8 @@ class AgentRollout:
             "agent/truncated": sum(r.finish == "truncated" for r in rollouts) / n,
             "agent/answered": sum(r.finish == "answer" for r in rollouts) / n,
             "agent/dedup_saved": (1 - unique / queries) if queries else 0.0,
+            "agent/rollout_s": seconds,  # generation + environment, wall time
+            "agent/env_s": self.env.seconds - before["seconds"],  # retrieval + reranking
         }
         for name, value in metrics.items():
             trainer._log_metric(name, value)  # averaged per logging step like TRL's own metrics
