@@ -12,7 +12,7 @@ from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv
 from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
 from r3forge.agent.evaluate import main as eval_main
 from r3forge.agent.rollout import RolloutConfig, Turn, encode_prompt
-from r3forge.agent.tts import TTSConfig, keep_probability, majority, relevance_guided, shares
+from r3forge.agent.tts import TTSConfig, keep_probability, majority, relevance_guided, shares, write_results
 from r3forge.agent.tts import main as tts_main
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
@@ -58,6 +58,25 @@ def test_eval_tts_three_strategies_count_calls(world, smollm2_path, tmp_path):
     assert summary["naive_unique"]["unique_queries"] <= summary["naive"]["unique_queries"]
     rows = (tmp_path / "t" / "rows.jsonl").read_text().splitlines()
     assert len(rows) == 9
+    assert json.loads((tmp_path / "t" / "summary.json").read_text())["strategies_done"] == list(
+        TTSConfig().strategies
+    )
+
+
+def test_tts_results_are_written_as_each_strategy_finishes(tmp_path):
+    row = {"id": "q1", "answers": ["x"], "votes": ["x"], "prediction": "x", "em": 1.0, "f1": 1.0}
+    summary = {"questions": 1, "naive": {"em": 1.0, "reranker_pairs": 8}}
+    write_results(tmp_path, summary, {"naive": [row]})  # a run cut off after its first strategy
+    assert json.loads((tmp_path / "summary.json").read_text())["strategies_done"] == ["naive"]
+    summary["relevance"] = {"em": 1.0, "reranker_pairs": 6}
+    write_results(tmp_path, summary, {"naive": [row], "relevance": [row]})
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["strategies_done"] == ["naive", "relevance"]
+    assert saved["relevance"]["pairs_vs_naive"] == pytest.approx(-0.25)
+    assert [json.loads(x)["strategy"] for x in (tmp_path / "rows.jsonl").read_text().splitlines()] == [
+        "naive",
+        "relevance",
+    ]
 
 
 class AlwaysSearch:

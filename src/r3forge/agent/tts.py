@@ -189,17 +189,24 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
             summary[strategy] = {"em": sum(r["em"] for r in scored) / n, "f1": sum(r["f1"] for r in scored) / n,
                                  "answers_per_question": sum(len(r["votes"]) for r in scored) / n,
                                  **env.counters.as_dict()}  # fmt: skip
+            # after each strategy: an interrupted run keeps the strategies it finished
+            write_results(out, summary, results)
+    print(json.dumps(summary))
+    return summary
+
+
+def write_results(out: Path, summary: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> None:
+    """rows.jsonl and summary.json of the strategies finished so far; pairs_vs_naive once naive has run."""
     base = summary.get("naive", {}).get("reranker_pairs")
-    for strategy in tts.strategies:
+    for strategy in results:
         if base:
             summary[strategy]["pairs_vs_naive"] = summary[strategy]["reranker_pairs"] / base - 1
+    summary["strategies_done"] = list(results)
     write_jsonl(
         out / "rows.jsonl",
         [{"strategy": strategy, **r} for strategy, scored in results.items() for r in scored],
     )
     write_json(out / "summary.json", summary)
-    print(json.dumps(summary))
-    return summary
 
 
 def cli(argv: list[str]) -> int:
