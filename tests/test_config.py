@@ -112,6 +112,33 @@ def test_trl_sft_config_through_yaml(tmp_path):
     assert sft.max_length == 512 and sft.use_cpu is True
 
 
+@dataclass
+class Switches:
+    dedup: bool = field(
+        default=True, metadata={"help": "A True-default bool: HfArgumentParser adds --no_dedup."}
+    )
+
+
+@pytest.mark.parametrize("value", ["false", "False", "no", "0"])
+def test_yaml_false_turns_off_a_true_default_bool(tmp_path, value):
+    # argparse takes a dest's default from its first action (--dedup), not from --no_dedup
+    (sw,) = parse_config((Switches,), ["--config", write(tmp_path, f"dedup: {value}\n")])
+    assert sw.dedup is False
+    (sw,) = parse_config((Switches,), ["--config", write(tmp_path, "dedup: false\n"), "--dedup", "true"])
+    assert sw.dedup is True  # the flag still overrides the YAML
+    (sw,) = parse_config((Switches,), ["--config", write(tmp_path, "dedup: true\n"), "--no_dedup"])
+    assert sw.dedup is False
+    (sw,) = parse_config((Switches,), [], defaults={"dedup": False})
+    assert sw.dedup is False
+
+
+def test_trl_gradient_checkpointing_off_from_yaml(tmp_path):
+    # TRL's SFTConfig defaults gradient_checkpointing to True; the CPU YAMLs turn it off
+    cfg = write(tmp_path, "output_dir: out\nuse_cpu: true\ngradient_checkpointing: false\n")
+    (sft,) = parse_config((SFTConfig,), ["--config", cfg])
+    assert sft.gradient_checkpointing is False
+
+
 def test_missing_help_detects_fields():
     @dataclass
     class Bad:

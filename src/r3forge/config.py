@@ -98,7 +98,20 @@ def _convert(action: argparse.Action, value: Any, where: str) -> Any:
 
 
 def _dest_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
+    """Each field's first action: the one with the type. A bool field whose default is True also has a
+    `--no_<name>` store_false action on the same dest; argparse takes the default of the first action."""
+    actions: dict[str, argparse.Action] = {}
+    for a in parser._actions:
+        if a.dest not in ("help", "config"):
+            actions.setdefault(a.dest, a)
+    return actions
+
+
+def _set_default(parser: argparse.ArgumentParser, dest: str, value: Any) -> None:
+    """A new default for every action of `dest` (both `--x` and `--no_x` of a True-default bool)."""
+    for a in parser._actions:
+        if a.dest == dest:
+            a.default = value
 
 
 def parse_config(
@@ -120,7 +133,7 @@ def parse_config(
     for key, value in (defaults or {}).items():
         if key not in actions:
             raise ConfigError(f"{prog or 'parse_config'}: default for unknown field '{key}'")
-        actions[key].default = value
+        _set_default(parser, key, value)
     config_path = _config_flag(argv)
     if config_path is not None:
         data, lines = load_yaml_with_lines(config_path)
@@ -131,7 +144,7 @@ def parse_config(
                     f"{config_path}:{lines.get(key, 1)}: unknown key '{key}'{_closest(key, actions)}"
                 )
             action = actions[key]
-            action.default = _convert(action, value, where)
+            _set_default(parser, key, _convert(action, value, where))
             action.required = False
     flags = {s for a in parser._actions for s in a.option_strings}
     for token in argv:
