@@ -53,6 +53,10 @@ def test_plan_covers_every_stage_and_its_flags_parse(tmp_path: Path):
     servers = {s.name: s.server for s in stages if s.server}
     assert servers == {"annotate": "teacher", "rag": "student", "agent-before": "student", "grpo": "student",
                        "agent-after": "student"}  # fmt: skip
+    # the student's stages run back to back: its vLLM server starts once
+    roles = [s.server for s in stages]
+    first, last = roles.index("student"), len(roles) - 1 - roles[::-1].index("student")
+    assert set(roles[first : last + 1]) == {"student"}
 
 
 def test_bad_settings_are_named():

@@ -118,14 +118,19 @@ class AgentRollout:
 
 
 def reward_summary(log_history: list[dict[str, Any]], window: int = 10) -> dict[str, Any]:
-    """Mean reward of the first and last `window` logged steps (logging_steps: 1 makes them steps).
+    """Mean reward of the first and last `window` logged steps (logging_steps: 1 makes them steps); a
+    shorter run compares its two halves (window = half the steps, at least 1), so they never overlap.
 
     >>> reward_summary([{"step": s, "reward": float(s)} for s in range(1, 31)])["reward_last"]
     25.5
+    >>> short = reward_summary([{"step": s, "reward": float(s)} for s in range(1, 5)])
+    >>> short["reward_window"], short["reward_first"], short["reward_last"]
+    (2, 1.5, 3.5)
     """
     rows = [r for r in log_history if "reward" in r]
     if not rows:
         return {}
+    window = max(1, min(window, len(rows) // 2))
     first, last = rows[:window], rows[-window:]
     return {"reward_first": sum(r["reward"] for r in first) / len(first),
             "reward_last": sum(r["reward"] for r in last) / len(last), "reward_window": window,

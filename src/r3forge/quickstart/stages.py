@@ -12,9 +12,10 @@ progress bars on the terminal, its output also in `logs/<stage>.log`), with the 
     export-sft      accepted annotations -> a chat SFT dataset, split by question
     reranker-sft    distill the verbal reranker student (configs/sft/verbal_reranker_cpu.yaml)
     reranker-export the student as a release folder (what vLLM serves and the Hub receives)
-    rag             single-turn RAG: retrieval-only vs the verbal student vs IGP (table + Pareto plot)
-    warmstart-data  worked search trajectories that teach the generator the tags
+    warmstart-data  worked search trajectories that teach the generator the tags (one 20-word document per
+                    search: the tags are the lesson, and short rows keep the SFT quick)
     warmstart-sft   the format warm start of the generator
+    rag             single-turn RAG: retrieval-only vs the verbal student vs IGP (table + Pareto plot)
     agent-before    multi-turn search agent (student reranker served by vLLM) on held-out questions
     grpo            a short GRPO of the generator in those rollouts, non-policy tokens masked
     agent-after     the same evaluation of the GRPO checkpoint
@@ -49,8 +50,9 @@ STATE = "state.json"
 # QuickstartConfig fields that say where/how far to run, not what: a resume may change them
 RUN_CONTROL = ("run_dir", "fresh", "stop_after", "output_root")
 STAGE_NAMES = ("models", "world", "reranker-world", "index", "annotate", "export-sft", "reranker-sft",
-               "reranker-export", "rag", "warmstart-data", "warmstart-sft", "agent-before", "grpo",
+               "reranker-export", "warmstart-data", "warmstart-sft", "rag", "agent-before", "grpo",
                "agent-after", "report")  # fmt: skip
+# the student-server stages (rag .. agent-after) run back to back: one vLLM start (~1 min on 2 cores)
 
 
 class StageFailed(R3ForgeError, RuntimeError):
@@ -92,7 +94,7 @@ class QuickstartConfig:
     reranker_eval_samples: int = field(
         default=16, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
     )
-    rag_questions: int = field(default=16, metadata={"help": "World questions of the single-turn RAG table."})
+    rag_questions: int = field(default=12, metadata={"help": "World questions of the single-turn RAG table."})
     rag_thresholds: list[float] = field(
         default_factory=lambda: [0.0, 0.1], metadata={"help": "IGP T_p values of the RAG table."}
     )
@@ -178,19 +180,19 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
               f"{r}/reranker-sft", resumable=True),
         stage("reranker-export", "Export the student as a release folder",
               f"export --run {r}/reranker-sft --out {student}", student),
-        stage("rag", "Single-turn RAG: retrieval only vs verbal student vs IGP",
-              f"eval rag --config {cfg}/eval/igp_world_cpu.yaml --qa_path {world}/hf/questions --max_questions "
-              f"{c.rag_questions} --methods none verbal igp --top_m 1 3 --thresholds {thresholds} --model "
-              f"{q(c.generator_model)} --reranker_model {student} --reranker_backend openai --reranker_base_url "
-              f"{{student_url}} --output_dir {r}/rag", f"{r}/rag", "student"),
         stage("warmstart-data", "Worked search trajectories for the format warm start",
               f"data agent-warmstart --dataset {world}/questions.jsonl --index {r}/index --observation raw "
-              f"--num_shown 2 --doc_max_words 30 --max_questions {c.warmstart_questions} --output "
+              f"--num_shown 1 --doc_max_words 20 --max_questions {c.warmstart_questions} --output "
               f"{r}/warmstart.jsonl", f"{r}/warmstart.jsonl"),
         stage("warmstart-sft", "Format warm start of the generator (SFT)",
               f"sft --config {cfg}/sft/agent_warmstart_cpu.yaml --dataset {r}/warmstart.jsonl "
               f"--model_name_or_path {q(c.generator_model)} --output_dir {r}/warmstart-sft "
               "--resume_from_checkpoint auto", f"{r}/warmstart-sft", resumable=True),
+        stage("rag", "Single-turn RAG: retrieval only vs verbal student vs IGP",
+              f"eval rag --config {cfg}/eval/igp_world_cpu.yaml --qa_path {world}/hf/questions --max_questions "
+              f"{c.rag_questions} --methods none verbal igp --top_m 1 3 --thresholds {thresholds} --model "
+              f"{q(c.generator_model)} --reranker_model {student} --reranker_backend openai --reranker_base_url "
+              f"{{student_url}} --output_dir {r}/rag", f"{r}/rag", "student"),
         stage("agent-before", "Search agent before GRPO (held-out questions)",
               f"{agent_eval} --model {r}/warmstart-sft/final --output_dir {r}/agent/before", f"{r}/agent/before",
               "student"),
