@@ -92,6 +92,12 @@ def annotation_section(run: Path, teacher: str) -> list[str]:
     extra = {k: v for k, v in rep.items() if k not in ("folder", "pairs", "accepted", "acceptance_rate",
              "reject_reasons", "score_distribution")}  # fmt: skip
     lines += [f"- {k}: {json.dumps(v) if isinstance(v, dict) else fmt(v)}" for k, v in extra.items()]
+    used = [s for s, n in (rep["score_distribution"] or {}).items() if n]
+    if len(used) == 1:
+        lines += ["", f"The teacher gave every accepted pair the same score ({used[0]}), so the student below can "
+                  "only learn that constant and `verbal` ranks like `none` in section 3. That is the 135M "
+                  "teacher, not the pipeline: point `--teacher_model` at a larger model (README, *Bring your "
+                  "own*) for informative scores."]  # fmt: skip
     return lines
 
 
@@ -156,6 +162,10 @@ def agent_section(run: Path) -> list[str]:
     rows = [(name, *[(s or {}).get(k) for k, _ in AGENT_COLUMNS]) for name, s in
             (("warm start (before GRPO)", before), ("after GRPO", after)) if s]  # fmt: skip
     lines += table(("checkpoint", *[title for _, title in AGENT_COLUMNS]), rows)
+    if before and after and all(before.get(k) == after.get(k) for k, _ in AGENT_COLUMNS):
+        lines += ["", "Before and after agree on every column: a few CPU steps at this learning rate do not move "
+                  "greedy decoding. The 32-step CPU recipe (`r3forge grpo --config "
+                  "configs/grpo/agent_world_cpu.yaml`, about 45 min on 2 cores) is the longer run."]  # fmt: skip
     metrics = read_jsonl(run / "grpo" / "metrics.jsonl")
     masked = [m["agent/masked_fraction"] for m in metrics if "agent/masked_fraction" in m]
     if final:
