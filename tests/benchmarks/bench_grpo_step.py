@@ -6,9 +6,9 @@ and the retriever/reranker calls that de-duplicating a turn's queries saves.
         [--reranker_url http://127.0.0.1:8000/v1 --reranker_model NAME]
 
 Baseline ("TRL single-turn"): `GRPOTrainer` without a rollout_func, the same model, prompts, G, batch and
-optimizer, each completion forced to the multi-turn arm's mean number of policy-generated tokens
-(min_new_tokens = max_completion_length = that mean), so both arms sample the same number of tokens per
-step. Multi-turn ("agent"): the recipe's `AgentRollout` (search -> retriever [-> verbal reranker] ->
+optimizer (gradient checkpointing off in both, as in the CPU recipe config), each completion forced to the
+multi-turn arm's mean number of policy-generated tokens (min_new_tokens = max_completion_length = that
+mean), so both arms sample the same number of tokens per step. Multi-turn ("agent"): the recipe's `AgentRollout` (search -> retriever [-> verbal reranker] ->
 observation, env_mask). Reported: seconds per step of each (the first step is warm-up and left out), split
 into generation + scoring (for the agent: rollout wall time, of which retrieval + reranking) and the
 loss/backward/optimizer rest,
@@ -53,7 +53,7 @@ def common_args(out: Path, steps: int, completion: int, **kw) -> GRPOConfig:
     return GRPOConfig(output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_steps=steps,
                       max_completion_length=completion, learning_rate=1e-5, beta=0.001, temperature=1.0,
                       use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0,
-                      **kw)  # fmt: skip
+                      gradient_checkpointing=False, **kw)  # fmt: skip
 
 
 def run(trainer: GRPOTrainer) -> tuple[float, float, list[dict]]:
