@@ -88,22 +88,22 @@ class QuickstartConfig:
         default="smollm2-135m-instruct", metadata={"help": "Generator: the RAG reader and the search agent."}
     )
     annotate_questions: int = field(
-        default=12, metadata={"help": "Reranker-world questions the teacher annotates (x docs_per_question)."}
+        default=8, metadata={"help": "Reranker-world questions the teacher annotates (x docs_per_question)."}
     )
     docs_per_question: int = field(default=8, metadata={"help": "Graded passages annotated per question."})
     reranker_eval_samples: int = field(
-        default=16, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
+        default=8, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
     )
-    rag_questions: int = field(default=12, metadata={"help": "World questions of the single-turn RAG table."})
+    rag_questions: int = field(default=10, metadata={"help": "World questions of the single-turn RAG table."})
     rag_thresholds: list[float] = field(
         default_factory=lambda: [0.0, 0.1], metadata={"help": "IGP T_p values of the RAG table."}
     )
     warmstart_questions: int = field(
-        default=128, metadata={"help": "Worked trajectories of the generator's format warm start."}
+        default=96, metadata={"help": "Worked trajectories of the generator's format warm start."}
     )
-    grpo_steps: int = field(default=4, metadata={"help": "GRPO steps (8 rollouts each on CPU)."})
+    grpo_steps: int = field(default=3, metadata={"help": "GRPO steps (8 rollouts each on CPU)."})
     agent_questions: int = field(
-        default=20, metadata={"help": "Held-out questions of the agent evaluation before/after GRPO."}
+        default=12, metadata={"help": "Held-out questions of the agent evaluation before/after GRPO."}
     )
     cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV cache of each vLLM server on CPU (GiB)."})
 
