@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from r3forge import __version__
 from r3forge.annotate.report import annotation_report
@@ -124,10 +125,12 @@ def rag_section(run: Path) -> list[str]:
     rag = run / "rag"
     if not (rag / "table.md").is_file():
         return []
+    # table.md without its own "# RAG evaluation" title (this section has one)
     lines = ["## 3. Single-turn RAG: retrieval only vs verbal reranker vs IGP", "",
              "The generator answers from the Top-M passages each method keeps (`none`: the retriever's order; "
              "`verbal`: the distilled student's scores; `igp`: information-gain pruning at threshold T_p).", "",
-             (rag / "table.md").read_text(encoding="utf-8").strip(), ""]  # fmt: skip
+             "\n".join(line for line in (rag / "table.md").read_text(encoding="utf-8").splitlines()
+                       if not line.startswith("# ")).strip(), ""]  # fmt: skip
     lines += [f"![{p.stem}](rag/{p.name})" for p in sorted(rag.glob("pareto_*.png"))]
     return lines
 
@@ -142,6 +145,7 @@ def reward_plot(metrics: list[dict[str, Any]], path: Path) -> Path | None:
     if fmt_key:
         ax.plot([m["step"] for m in steps], [m[fmt_key] for m in steps], marker=".", label="format reward")
     ax.set_xlabel("GRPO step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("mean over rollouts")
     ax.legend()
     fig.tight_layout()
@@ -170,9 +174,11 @@ def agent_section(run: Path) -> list[str]:
     masked = [m["agent/masked_fraction"] for m in metrics if "agent/masked_fraction" in m]
     if final:
         env = final.get("env") or {}
-        lines += ["", f"GRPO: {final.get('logged_steps', '-')} steps; mean reward of the first "
-                  f"{final.get('reward_window', '-')} steps {fmt(final.get('reward_first'))}, of the last "
-                  f"{fmt(final.get('reward_last'))}; masked (non-policy) completion tokens "
+        window = final.get("reward_window", "-")
+        steps = "step" if window == 1 else f"{window} steps"
+        lines += ["", f"GRPO: {final.get('logged_steps', '-')} steps; mean reward of the first {steps} "
+                  f"{fmt(final.get('reward_first'))}, of the last {fmt(final.get('reward_last'))}; masked "
+                  "(non-policy) completion tokens "
                   f"{fmt(sum(masked) / len(masked) if masked else None)} on average."]  # fmt: skip
         if env.get("reranker_pairs_requested"):
             saved = 1 - env["reranker_pairs"] / env["reranker_pairs_requested"]
