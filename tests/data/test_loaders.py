@@ -262,6 +262,7 @@ def test_saved_dataset_folder_loads_and_is_checked(tmp_path: Path):
         list(iter_qa(tmp_path / "questions"))
 
 
+@needs_shared
 def test_title_to_sentences_corpus():
     corpus = load_corpus(SHARED_DATA / "hipporag/hotpotqa_train_corpus.json")
     first = corpus[0]
