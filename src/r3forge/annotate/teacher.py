@@ -63,7 +63,8 @@ class TeacherConfig:
     max_logprobs: int = field(
         default=20,
         metadata={
-            "help": "vllm / serve: the largest top_logprobs a request may ask for (IGP's K needs >= K)."
+            "help": "The largest top_logprobs a request may ask for (IGP's K needs >= K): vllm engine and serve "
+            "start with it; openai: the server's --max-logprobs (hosted APIs: 20)."
         },
     )
 
@@ -123,6 +124,7 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
                     api_key=config.api_key,
                     request_timeout_s=config.request_timeout_s,
                     max_concurrency=config.max_concurrency,
+                    max_top_logprobs=config.max_logprobs,
                 )
             )
             tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None

@@ -248,6 +248,15 @@ def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], role
     return add_twins(rows, items, rewritten, generator.tokenizer)
 
 
+def prober_config(config: EvalRagConfig, generator_cfg: TeacherConfig) -> TeacherConfig:
+    """The generator's config with `max_logprobs` raised to IGP's K when a probing method runs: a started
+    vLLM (engine or server) must serve top-K, and an `openai` client lets requests up to it through (the
+    server must be started with `--max-logprobs` >= K)."""
+    if {"ig", "igp", "igp_set"} & set(config.methods) and generator_cfg.max_logprobs < config.probe_k:
+        return replace(generator_cfg, max_logprobs=config.probe_k)
+    return generator_cfg
+
+
 def eval_main(
     config: EvalRagConfig,
     models: RerankModelsConfig,
@@ -256,8 +265,7 @@ def eval_main(
 ) -> dict[str, Any]:
     """Run the sweep; write the run folder; return {"rows", "timings", "report"}."""
     qream = qream or QreamStepConfig()
-    if {"ig", "igp", "igp_set"} & set(config.methods) and generator_cfg.max_logprobs < config.probe_k:
-        generator_cfg = replace(generator_cfg, max_logprobs=config.probe_k)  # a started vLLM must serve top-K
+    generator_cfg = prober_config(config, generator_cfg)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_config((config, models, generator_cfg, qream), out / "config.yaml")
