@@ -10,6 +10,7 @@ import asyncio
 import importlib.util
 import os
 import random
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# after the offline switches: huggingface_hub (under transformers) reads them when first imported
+import torch
+from transformers import AutoModelForCausalLM
+
 from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
 from r3forge.models import prepare_model
 
@@ -33,6 +38,23 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def smollm2_path() -> Path:
     """The embedded chat model, materialized once under $R3FORGE_HOME (default ~/.cache/r3forge)."""
     return prepare_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def two_checkpoints(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two different checkpoints that share a folder name, as two runs' `final/` folders: `a/final` is the
+    embedded model, `b/final` the same with every weight perturbed (noise of 5% of each tensor's std)."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    a, b = root / "a" / "final", root / "b" / "final"
+    shutil.copytree(smollm2_path, a)
+    shutil.copytree(smollm2_path, b, ignore=shutil.ignore_patterns("*.safetensors"))
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05 * p.float().std().clamp_min(1e-3))
+    model.save_pretrained(b)
+    return a, b
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import pytest
 from r3forge.annotate.cli import main as annotate_cli
 from r3forge.annotate.teacher import TeacherConfig
 from r3forge.errors import ConfigError
+from r3forge.synth.store import SynthError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,3 +72,27 @@ def test_slurm_launcher_assembles_a_valid_shard_command() -> None:
     assert annotate[1:5] == ["-m", "r3forge", "annotate", "verbal"]
     pairs, _, _, run, _ = parse_config(VERBAL_CONFIGS, annotate[5:])
     assert (run.shard, run.output_dir, pairs.top_n) == ("2/4", "runs/annotate/verbal_nq_gptoss120b/s2", 20)
+
+
+def test_a_second_checkpoint_named_final_is_not_served_the_first_ones_records(
+    two_checkpoints, tmp_path
+) -> None:
+    """Annotating with `b/final` into the folder `a/final` filled is refused, naming both identities (the
+    records were keyed `final` for both, and the second run returned the first's as cached)."""
+    from r3forge.data.synth_world import SynthWorldConfig, generate_world
+
+    world = generate_world(SynthWorldConfig(seed=0, num_passages=60, num_questions=4, output_dir="unused"))
+    qa = tmp_path / "questions"
+    world.questions.select(range(1)).save_to_disk(str(qa))
+    out = tmp_path / "out"
+    base = ["verbal", "--qa_path", str(qa), "--pairing", "own", "--max_docs_per_question", "2", "--backend", "hf",
+            "--max_tokens", "8", "--output_dir", str(out), "--progress", "false"]  # fmt: skip
+    a, b = two_checkpoints
+    assert annotate_cli([*base, "--model", str(a)]) == 0
+    first = json.loads((out / "manifest.json").read_text())["model"]
+    assert first.startswith("final@")
+    with pytest.raises(SynthError, match=rf"model: '{first}' there vs 'final@[0-9a-f]{{12}}'"):
+        annotate_cli([*base, "--model", str(b)])
+    assert annotate_cli([*base, "--model", str(b), "--output_dir", str(tmp_path / "out_b")]) == 0
+    second = json.loads((tmp_path / "out_b" / "manifest.json").read_text())["model"]
+    assert second.startswith("final@") and second != first

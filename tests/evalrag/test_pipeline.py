@@ -153,8 +153,9 @@ def test_eval_rag_qream_post_step(world_qa: Path, smollm2_path: Path, tmp_path: 
     assert sorted((r["method"], r["top_m"]) for r in rows) == [
         ("none", 1), ("none", 2), ("none+qream", 1), ("none+qream", 2)]  # fmt: skip
     raw = {r["top_m"]: r for r in rows if r["method"] == "none"}
-    rewrites = {r["source"]: r for r in load_accepted(out / "rewrite")}
-    assert len(rewrites) + len(load_rejected(out / "rewrite")) == 2  # one rewrite per kept evidence set
+    (rewrite,) = (out / "rewrite").iterdir()  # one cache per rewriter identity
+    rewrites = {r["source"]: r for r in load_accepted(rewrite)}
+    assert len(rewrites) + len(load_rejected(rewrite)) == 2  # one rewrite per kept evidence set
     for twin in (r for r in rows if r["method"] == "none+qream"):
         assert twin["selected"] == raw[twin["top_m"]]["selected"]  # same selection, then the rewrite
         if twin["rewrite_fallback"] == "":
@@ -167,7 +168,8 @@ def test_eval_rag_qream_post_step(world_qa: Path, smollm2_path: Path, tmp_path: 
 
 
 def _answer_keys(out: Path) -> list[str]:
-    parts = (load_accepted(out / "answers"), load_rejected(out / "answers"))
+    (answers,) = (out / "answers").iterdir()  # one cache per generator identity
+    parts = (load_accepted(answers), load_rejected(answers))
     return [key for ds in parts if len(ds) for key in ds["key"]]
 
 
@@ -191,3 +193,28 @@ def test_paper_igp_config_probes_k128_over_http(vllm_server, smollm2_path: Path)
         result = generator.backend.generate([probe_request("Who wrote Hamlet?", None, probe)])[0]
     assert all(len(step) == 128 for step in result.choices[0].top_logprobs)
     assert 0.0 <= gain.question.nu <= 1.0 and math.isfinite(gain.ig[0])
+
+
+def test_two_checkpoints_named_final_get_their_own_probes_and_answers(
+    world_qa: Path, two_checkpoints, tmp_path
+):
+    """`runs/a/final` then `runs/b/final` as the generator into one output folder: each gets its own IG probes
+    and its own answers (both were once keyed `final`, and the second run silently reused the first's)."""
+    out, runs = tmp_path / "run", []
+    for final in two_checkpoints:
+        args = run_args(
+            world_qa, out, final, "--max_questions", "1", "--methods", "none", "ig", "--top_m", "1"
+        )
+        eval_main(*parse_config((EvalRagConfig, RerankModelsConfig, TeacherConfig), args))
+        runs.append(
+            {(r["method"], r["question_id"]): r for r in map(json.loads, (out / "rows.jsonl").open())}
+        )
+    probes = sorted((out / "rerank").glob("ig-*.jsonl"))
+    answers = sorted((out / "answers").iterdir())
+    assert len(probes) == 2 and len(answers) == 2  # one probe file and one answer cache per checkpoint
+    nu = [json.loads(p.read_text().splitlines()[0])["scored"]["nu_question"] for p in probes]
+    assert nu[0] != nu[1]  # each file holds its own model's probes
+    models = [
+        {m for ds in (load_accepted(a), load_rejected(a)) if len(ds) for m in ds["model"]} for a in answers
+    ]
+    assert all(len(m) == 1 and next(iter(m)).startswith("final@") for m in models) and models[0] != models[1]

@@ -27,6 +27,8 @@ from r3forge.backends import HFLocalBackend, HFLocalConfig
 from r3forge.config import missing_help
 from r3forge.data.synth_world import SynthWorldConfig, generate_world
 from r3forge.errors import ConfigError
+from r3forge.identity import model_identity
+from r3forge.models import resolve_model
 from r3forge.synth import (
     EngineConfig,
     Rejected,
@@ -42,7 +44,8 @@ from r3forge.synth.cli import main as synth_cli
 from r3forge.synth.export import HubConfig
 from r3forge.synth.store import MANIFEST, read_manifest, record_files
 
-MODEL_ID = "smollm2-135m-instruct"
+# what the engine records for an HF backend over the embedded model's folder: its name @ a content hash
+MODEL_ID = model_identity(resolve_model("smollm2-135m-instruct"))
 
 JOB = '''
 """A one-word-answer synthesis step (tests only)."""

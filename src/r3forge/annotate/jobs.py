@@ -22,10 +22,10 @@ from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.annotate.judge import JudgeStep, approvals, judge_items
 from r3forge.annotate.paraphrase import ParaphraseChecks, ParaphraseStep
 from r3forge.annotate.report import annotation_report, format_report, write_report
-from r3forge.annotate.teacher import TeacherConfig, load_tokenizer, open_teacher
+from r3forge.annotate.teacher import TeacherConfig, load_tokenizer, open_teacher, teacher_identity
 from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
 from r3forge.data.loaders import load_qa
-from r3forge.synth.engine import EngineConfig, RunSummary, model_name, run_step
+from r3forge.synth.engine import EngineConfig, RunSummary, run_step
 from r3forge.synth.export import HubConfig, push_from_config
 from r3forge.synth.store import ShardSpec
 
@@ -164,7 +164,7 @@ def run_job(
 
     `make_step(tokenizer)` builds the step (the tokenizer locates score / verdict tokens; may be None).
     """
-    engine = engine_config(run, teacher, model_name(teacher.model))
+    engine = engine_config(run, teacher, teacher_identity(teacher))
     if run.dry_run:
         tokenizer = load_tokenizer(engine.tokenizer) if engine.tokenizer else None
         return run_step(make_step(tokenizer), items, None, engine)

@@ -12,6 +12,7 @@ CPU recipes do this; on a cluster run `launch/serve_vllm.sh` once and point `bas
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from r3forge import backends
 from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
 from r3forge.errors import ConfigError
-from r3forge.synth.engine import model_name
+from r3forge.identity import model_identity
 
 
 @dataclass
@@ -79,7 +80,14 @@ class Teacher:
 
     backend: Any
     tokenizer: Any
-    model_id: str
+    model_id: str  # teacher_identity(config): a local folder by its content, a Hub id @revision
+
+
+def teacher_identity(config: TeacherConfig) -> str:
+    """What records, cache keys and fingerprints name this model by (`r3forge.identity.model_identity`): a
+    local folder by its content, so two checkpoints never share cached results; a name the openai backend
+    sends to a server that is not started here, as given."""
+    return model_identity(config.model, served=config.backend == "openai" and not config.serve)
 
 
 def load_tokenizer(name: str) -> Any:
@@ -94,7 +102,7 @@ def load_tokenizer(name: str) -> Any:
 def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
     """Build the backend (starting a vLLM server first with `serve`), yield it, close everything."""
     with ExitStack() as stack:
-        tokenizer, model_id = None, model_name(config.model)
+        tokenizer, model_id = None, teacher_identity(config)
         if config.backend == "hf":
             backend = backends.build_backend(backends.HFLocalConfig(model=config.model, device=config.device))
             tokenizer = backend.tokenizer
@@ -110,7 +118,7 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
             if config.serve:
                 serve = ServeLLMConfig(
                     model=config.model,
-                    served_model_name=model_id,
+                    served_model_name=served_name(config.model),
                     port=0,
                     max_model_len=config.serve_max_model_len,
                     log_file=config.serve_log,
@@ -120,7 +128,7 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
             backend = backends.build_backend(
                 backends.OpenAIHTTPConfig(
                     base_url=base_url,
-                    model=model_id if config.serve else config.model,
+                    model=served_name(config.model) if config.serve else config.model,
                     api_key=config.api_key,
                     request_timeout_s=config.request_timeout_s,
                     max_concurrency=config.max_concurrency,
@@ -130,3 +138,13 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
             tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None
         stack.callback(backend.close)
         yield Teacher(backend, tokenizer, model_id)
+
+
+def served_name(model: str) -> str:
+    """The name a server started here serves `model` under: a local folder by its name (its path differs
+    between machines), anything else as given.
+
+    >>> served_name("openai/gpt-oss-120b")
+    'openai/gpt-oss-120b'
+    """
+    return os.path.basename(os.path.normpath(model)) if os.path.isdir(model) else model

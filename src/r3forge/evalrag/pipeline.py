@@ -40,6 +40,7 @@ from r3forge.evalrag.qream_step import QreamStepConfig, add_twins, rewrite_all, 
 from r3forge.evalrag.rankers import score_method
 from r3forge.evalrag.report import write_report
 from r3forge.evalrag.tuning import write_tuned
+from r3forge.identity import identity_folder
 from r3forge.igp.select import SelectConfig, ig_stats, igp_select, rerank_by_ig, truncate
 from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.ranking import ndcg_at_k, recall_at_k
@@ -162,7 +163,10 @@ def answer_all(items: list[dict], generator: Teacher, config: EvalRagConfig) -> 
     step = AnswerStep(
         config.answer_max_tokens, config.answer_few_shot, config.answer_cue, generator.tokenizer
     )
-    engine = EngineConfig(output_dir=str(Path(config.output_dir) / "answers"), model=generator.model_id,
+    folder = (
+        Path(config.output_dir) / "answers" / identity_folder(generator.model_id)
+    )  # one cache per generator
+    engine = EngineConfig(output_dir=str(folder), model=generator.model_id,
                           batch_size=config.batch_size, progress=config.progress)  # fmt: skip
     run_step(step, items, generator.backend, engine)
     out = {}
@@ -242,7 +246,10 @@ def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], role
     rewriter_cfg = rewriter_config(qream, generator_cfg)
     rewriter = generator if rewriter_cfg is generator_cfg else stack.enter_context(open_teacher(rewriter_cfg))
     step = rewrite_step(qream, questions)
-    engine = EngineConfig(output_dir=str(Path(config.output_dir) / "rewrite"), model=rewriter.model_id,
+    folder = (
+        Path(config.output_dir) / "rewrite" / identity_folder(rewriter.model_id)
+    )  # one cache per rewriter
+    engine = EngineConfig(output_dir=str(folder), model=rewriter.model_id,
                           batch_size=config.batch_size, progress=config.progress)  # fmt: skip
     rewritten = rewrite_all(items, step, rewriter, engine)
     return add_twins(rows, items, rewritten, generator.tokenizer)

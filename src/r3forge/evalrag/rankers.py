@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
 from r3forge.errors import ConfigError
 from r3forge.evalrag.config import EvalRagConfig, RerankModelsConfig
+from r3forge.identity import model_identity
 from r3forge.igp.probe import ProbeConfig, probe_gains
 from r3forge.igp.select import SelectConfig
 from r3forge.igp.setaware import greedy_select
@@ -54,13 +55,21 @@ def fingerprint(method: str, config: EvalRagConfig, models: RerankModelsConfig, 
         if method == "igp_set":
             setting["max_m"] = max(config.top_m)
     elif method == "verbal":
-        setting |= {"reranker": models.reranker_model, "max_tokens": models.reranker_max_tokens}
+        setting |= {
+            "reranker": _identity(models.reranker_model, models),
+            "max_tokens": models.reranker_max_tokens,
+        }
     elif method == "yesno":
-        setting["reranker"] = models.yesno_model
+        setting["reranker"] = _identity(models.yesno_model, models)
     elif method != "none":
-        setting["model"] = {"biencoder": models.biencoder_model, "cross_encoder": models.cross_encoder_model,
-                            "qlm": models.qlm_model}[method]  # fmt: skip
+        setting["model"] = model_identity({"biencoder": models.biencoder_model, "qlm": models.qlm_model,
+                                           "cross_encoder": models.cross_encoder_model}[method])  # fmt: skip
     return hashlib.sha256(json.dumps(setting, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+def _identity(model: str, models: RerankModelsConfig) -> str:
+    """A verbal / YesNo reranker's identity ("": the generator's, already in the fingerprint)."""
+    return model_identity(model, served=models.reranker_backend == "openai") if model else ""
 
 
 def candidates_sha(question: dict) -> str:

@@ -26,7 +26,8 @@ from r3forge.config import parse_config
 from r3forge.data.jsonio import iter_json_records
 from r3forge.data.loaders import load_corpus, load_qa
 from r3forge.errors import ConfigError
-from r3forge.synth.engine import EngineConfig, SynthesisStep, model_name, run_step
+from r3forge.identity import model_identity
+from r3forge.synth.engine import EngineConfig, SynthesisStep, run_step
 from r3forge.synth.export import HubConfig, merge_shards, push_from_config
 
 USAGE = "usage: r3forge synth {run,merge} [--config file.yaml] [--flags]  (--help for flags)"
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ConfigError(f"unknown command {command!r}; {USAGE}")
     args, config, hub = parse_config((RunArgs, EngineConfig, HubConfig), rest, prog=prog)
     step = load_step(args.step, json.loads(args.step_args))
-    config.model = config.model or model_name(args.backend_model)
+    config.model = config.model or model_identity(args.backend_model, served=args.backend == "openai")
     if config.dry_run and not config.tokenizer and args.backend in ("hf", "vllm"):
         config.tokenizer = args.backend_model  # count prompt tokens without loading the model
     backend = None if config.dry_run else build_backend(args)

@@ -14,7 +14,6 @@ and prints request and prompt-token counts without generating. The command line 
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from tqdm.auto import tqdm
 
 from r3forge.errors import ConfigError
+from r3forge.identity import model_identity
 from r3forge.synth.export import export_dataset
 from r3forge.synth.store import (
     MANIFEST,
@@ -154,21 +154,16 @@ class _Plan:
 
 
 def backend_model_id(backend: Any) -> str:
-    """A stable model id for a backend: `model_id`, its config's `model`, or the HF model's name (a local
-    folder's name, not its machine-specific path)."""
+    """A stable model id for a backend: `model_id`, its config's `model`, or the HF model's path, as
+    `model_identity` records it (a local folder by its content, not its machine-specific path)."""
     for candidate in (
         getattr(backend, "model_id", None),
         getattr(getattr(backend, "config", None), "model", None),
         getattr(getattr(getattr(backend, "model", None), "config", None), "name_or_path", None),
     ):
         if isinstance(candidate, str) and candidate:
-            return model_name(candidate)
+            return model_identity(candidate)
     raise ConfigError("cannot tell the backend's model id: set EngineConfig.model (--model)")
-
-
-def model_name(model: str) -> str:
-    """A model id as recorded: a local folder by its name (paths differ between machines), else as given."""
-    return Path(model).name if os.path.isdir(model) else model
 
 
 def _requests(step: SynthesisStep, item: dict) -> tuple[list, bool]:
