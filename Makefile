@@ -9,7 +9,7 @@ STAMP := $(VENV)/.r3forge-installed
 TORCH_PIN := torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: venv quickstart demo test test-slow lint format clean-venv
+.PHONY: venv quickstart demo test test-slow test-gpu lint format clean-venv
 
 venv: $(STAMP)
 
@@ -34,6 +34,13 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+# The GPU check (tests/gpu/): bf16 SFT, vLLM CUDA logprob parity, GRPO with TRL's colocated vLLM, the annotation
+# and IGP benchmarks, one summary line each; skipped (exit 0) without CUDA. It needs a CUDA torch and vLLM
+# (pip install -e '.[gpu,dev]'), so it does not depend on `venv`, which installs the CPU builds; another
+# interpreter: make test-gpu PY=python.
+test-gpu:
+	$(PY) -m pytest -m gpu tests/gpu -p no:cacheprovider -s $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests recipes
