@@ -112,3 +112,31 @@ def test_export_writes_files(records, tmp_path: Path) -> None:
     write_run(tmp_path / "other", records, "custom-0123456789ab+w120-r20-f0.8")
     with pytest.raises(ConfigError, match="template_path"):
         export_sft(ExportSFTConfig(str(tmp_path / "other"), str(tmp_path / "sft2")))
+
+
+def test_export_refuses_a_folder_that_is_not_one_run(records, tmp_path: Path) -> None:
+    """The sharded teacher run of the paper header writes <run>/s0 .. s3; exporting <run> itself read no
+    record and wrote an empty SFT set (exit 0) that `r3forge sft` then failed on."""
+    for shard in ("s0", "s1"):
+        write_run(tmp_path / "run" / shard, records[:3], f"{VERSION}+w120-r20-f0.8")
+    with pytest.raises(
+        ConfigError, match=r"holds the shard folders .*r3forge synth merge --inputs .*s0 .*s1"
+    ):
+        export_sft(ExportSFTConfig(str(tmp_path / "run"), str(tmp_path / "sft")))
+    with pytest.raises(ConfigError, match="is not a folder"):
+        export_sft(ExportSFTConfig(str(tmp_path / "typo"), str(tmp_path / "sft")))
+    assert not (tmp_path / "sft").exists()
+
+
+def test_export_refuses_a_run_without_accepted_annotations(tmp_path: Path) -> None:
+    """A teacher run whose every output was rejected (a small teacher, gpt-oss's reasoning eating max_tokens)
+    is an error naming the reject reasons, not an empty dataset."""
+    identity = {"step": "verbal_annotation", "version": f"{VERSION}+w120-r20-f0.8", "model": "m"}
+    rejected = [{"key": f"k{i}", **identity, "reason": "truncated", "detail": ""} for i in range(3)]
+    with ShardStore(tmp_path / "run", ShardSpec(), identity) as store:
+        store.append([], rejected)
+    with pytest.raises(
+        ConfigError, match=r"nothing to export: 0 accepted annotation\(s\), 3 rejected .*truncated"
+    ):
+        export_sft(ExportSFTConfig(str(tmp_path / "run"), str(tmp_path / "sft")))
+    assert not (tmp_path / "sft").exists()

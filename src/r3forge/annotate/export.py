@@ -31,6 +31,7 @@ from r3forge.annotate.judge import approvals
 from r3forge.annotate.verbal import PROMPT_VERSION, completion_text, load_template, render
 from r3forge.errors import ConfigError
 from r3forge.synth.export import load_accepted
+from r3forge.synth.store import read_manifest
 
 
 @dataclass
@@ -167,8 +168,30 @@ def build_sft(
     )
 
 
+def check_run(input_dir: str) -> dict[str, Any]:
+    """The manifest of an annotation run folder; a clear error for a folder that is none (a typo, or the
+    parent of a sharded run's shard folders, which `r3forge synth merge` combines first)."""
+    manifest = read_manifest(input_dir)
+    if manifest is not None:
+        return manifest
+    root = Path(input_dir)
+    shards = sorted(str(p) for p in root.glob("*") if p.is_dir() and read_manifest(p) is not None)
+    if shards:
+        raise ConfigError(
+            f"input_dir {input_dir}: holds the shard folders {shards}, not one run; merge them first: "
+            f"r3forge synth merge --inputs {' '.join(shards)} --output_dir {root / 'all'} (then --input_dir "
+            f"{root / 'all'})"
+        )
+    state = "is not a folder" if not root.is_dir() else "has no manifest.json"
+    raise ConfigError(f"input_dir {input_dir}: {state}; not the output folder of an annotation run")
+
+
 def export_sft(config: ExportSFTConfig) -> datasets.DatasetDict:
-    """Read a run's accepted records, build the SFT `DatasetDict`, write it (save_to_disk + JSONL)."""
+    """Read a run's accepted records, build the SFT `DatasetDict`, write it (save_to_disk + JSONL).
+
+    Refuses (ConfigError) a folder that is not an annotation run and an export without a single row (every
+    annotation rejected or not judge-approved), which would leave an SFT set that `r3forge sft` cannot read."""
+    manifest = check_run(config.input_dir)
     accepted = load_accepted(config.input_dir)
     steps = set(accepted["step"]) if len(accepted) else {"verbal_annotation"}
     if steps == {"paraphrase_context"}:
@@ -192,6 +215,13 @@ def export_sft(config: ExportSFTConfig) -> datasets.DatasetDict:
     if out.exists() and any(out.iterdir()) and not config.overwrite:
         raise ConfigError(f"{out}: exists and is not empty; pass overwrite=true or choose another folder")
     dsd = build_sft(records, config, template, row)
+    if not dsd.num_rows:
+        judge = f", {len(records)} judge-approved ({config.judge_dir})" if config.judge_dir else ""
+        raise ConfigError(
+            f"input_dir {config.input_dir}: nothing to export: {len(accepted)} accepted annotation(s){judge}, "
+            f"{manifest.get('rejected', 0)} rejected {manifest.get('reject_reasons', {})}; see its rejected "
+            "records (`r3forge annotate report --input_dir ...`)"
+        )
     write_sft(dsd, out)
     return dsd
 
