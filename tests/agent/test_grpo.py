@@ -1,6 +1,7 @@
 """The GRPO recipe with the multi-turn rollout: masked tokens contribute nothing to the loss, the KL or the
 entropy (perturbing their logits and reference/old logprobs leaves them unchanged, perturbing a policy
-token's does not), and a short real run trains, logs the masked fraction and saves a checkpoint."""
+token's does not), the pinned loss is Search-R1's veRL objective (a token mean over the policy tokens the
+rollout's env_mask names), and a short real run trains, logs the masked fraction and saves a checkpoint."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
+from r3forge.agent.config import PAPER_DEFAULTS
 from r3forge.agent.data import load_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
 from r3forge.agent.grpo import AgentRollout, main, parse, reward_summary
@@ -21,10 +23,23 @@ from r3forge.retrieval import load_retriever
 
 
 def tiny_args(out, **kw) -> GRPOConfig:
-    base = dict(output_dir=str(out), per_device_train_batch_size=4, num_generations=4, max_completion_length=120,
-                max_steps=1, use_cpu=True, bf16=False, beta=0.001, learning_rate=1e-5, report_to="none",
-                logging_steps=1, save_strategy="no", temperature=1.0, seed=0)  # fmt: skip
+    """The paper's GRPO settings (PAPER_DEFAULTS: loss_type bnpo, ...) at a size that runs in seconds."""
+    base = PAPER_DEFAULTS | dict(output_dir=str(out), per_device_train_batch_size=4, num_generations=4,
+                                 max_completion_length=120, max_steps=1, use_cpu=True, bf16=False,
+                                 learning_rate=1e-5, report_to="none", logging_steps=1, save_strategy="no", seed=0)  # fmt: skip
     return GRPOConfig(**(base | kw))
+
+
+class Recorded:
+    """The recipe's rollout_func, keeping what it handed TRL last (`env_mask` straight from the rollout)."""
+
+    def __init__(self, rollout: AgentRollout):
+        self.rollout = rollout
+        self.last: dict = {}
+
+    def __call__(self, prompts, trainer):
+        self.last = self.rollout(prompts, trainer)
+        return self.last
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +50,9 @@ def trainer(world, smollm2_path, tmp_path_factory):
     env = SearchEnv(
         load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1, doc_max_words=20)
     )
-    rollout = AgentRollout(env, tok, RolloutConfig(max_turns=1, max_turn_tokens=24, max_obs_tokens=40), 8)
+    rollout = Recorded(
+        AgentRollout(env, tok, RolloutConfig(max_turns=1, max_turn_tokens=24, max_obs_tokens=40), 8)
+    )
     return GRPOTrainer(model=model, reward_funcs=[answer_reward, format_reward],
                        args=tiny_args(tmp_path_factory.mktemp("grpo"), reward_weights=[1.0, 0.0]),
                        train_dataset=datasets.Dataset.from_list(rows), processing_class=tok, rollout_func=rollout)  # fmt: skip
@@ -100,6 +117,29 @@ def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer):
     assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1] != pytest.approx(base[1], abs=1e-6)
     noisy_ref = dict(inputs, ref_per_token_logps=inputs["ref_per_token_logps"] + 3.0 * policy_tokens)
     assert loss_and_entropy(trainer, noisy_ref)[0] != pytest.approx(base[0], abs=1e-6)
+
+
+def test_pinned_loss_is_the_search_r1_token_mean_over_policy_tokens(trainer):
+    """veRL's masked_mean(-A * ratio) over the tokens the rollout sampled: at the first update ratio = 1 and
+    the reference is the policy (k3 = 0), so the loss is -sum_i A_i n_i / sum_i n_i with n_i = sum(env_mask_i),
+    which TRL's per-sequence `grpo` (-mean_i A_i) and a mask that kept observation tokens would both miss."""
+    assert (
+        trainer.loss_type == "bnpo" and trainer.args.scale_rewards == "group" and trainer.num_iterations == 1
+    )
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    rows = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]
+    inputs = trainer._generate_and_score_completions(rows)
+    env_mask = trainer.rollout_func.last["env_mask"]  # what the rollout returned, before TRL touched it
+    n = torch.tensor([float(sum(m)) for m in env_mask])  # [B] policy tokens per rollout
+    mask = inputs["completion_mask"] * inputs["tool_mask"]  # [B, C]
+    assert torch.equal(mask.sum(-1).float(), n), "TRL's loss mask is no longer the rollout's env_mask"
+    assert (inputs["completion_mask"].sum(-1).float() > n).any(), "no rollout has environment tokens"
+    advantages = torch.tensor([-1.0, -0.2, 0.4, 1.0])
+    inputs["advantages"] = advantages
+    expected = float(-(advantages * n).sum() / n.sum())
+    assert abs(expected - float(-advantages.mean())) > 1e-3, "lengths too equal to tell bnpo from grpo"
+    assert trainer.compute_loss(trainer.model, inputs).item() == pytest.approx(expected, abs=1e-4)
 
 
 @pytest.mark.slow  # ~3 min on 2 cores: two real GRPO steps through the recipe's main

@@ -3,9 +3,23 @@
 `TrainingArguments` field plus num_generations, epsilon, beta, temperature, max_completion_length, use_vllm,
 vllm_mode, ...). One YAML sets fields of all five; unknown keys are errors.
 
-Paper settings (Verbal-R3, after Search-R1) are the recipe's defaults where TRL's differ: G = 5 generations,
-clip epsilon 0.2, KL beta 0.001 (TRL's k3 estimator, the low-variance one), temperature 1.0, learning rate
-5e-7 with 10% warmup, group-normalized advantages (TRL's `scale_rewards: group`).
+Paper settings (Verbal-R3, after Search-R1) are the recipe's defaults where TRL's differ or could move
+(`PAPER_DEFAULTS`, applied under the YAML and the flags): G = 5 generations, clip epsilon 0.2 (symmetric:
+TRL's `epsilon_high` follows `epsilon`), KL beta 0.001 with TRL's k3 estimator (veRL's `low_var_kl`) in the
+loss, not the reward, temperature 1.0, learning rate 5e-7 with 10% warmup, one policy update per rollout
+batch, token-level importance ratios, group-normalized advantages ((r - mean) / std within each question's
+G rollouts), truncated completions kept in the loss.
+
+The loss aggregation is pinned to TRL's `loss_type: bnpo`. Search-R1 and Verbal-R3 train with veRL, whose
+actor loss (`core_algos.compute_policy_loss`) is `masked_mean(max(-A * ratio, -A * clip(ratio)), mask)`:
+a mean over every unmasked token of the micro-batch (masked: prompt, padding and the retrieved / reranker
+tokens), with the KL term averaged the same way, then divided by the gradient-accumulation steps. That is
+`bnpo` (token mean over the local batch, / accumulation steps). TRL's own default moved to `dapo` (token
+mean over the whole accumulated batch, which weights micro-batches by their token counts) and earlier was
+`grpo` (mean per sequence, then over sequences: short answers weigh more); neither is the papers'
+objective. Left at TRL's defaults: its vLLM importance-sampling correction
+(`vllm_importance_sampling_correction`; veRL of Search-R1's time had none, and it only corrects the
+engine/trainer mismatch) and the k3 term without veRL's clamp to [-10, 10].
 """
 
 from __future__ import annotations
@@ -25,7 +39,17 @@ PAPER_DEFAULTS = {
     "temperature": 1.0,
     "learning_rate": 5e-7,
     "warmup_steps": 0.1,
+    "loss_type": "bnpo",  # veRL's token mean per micro-batch (module docstring); TRL's default is dapo
+    "scale_rewards": "group",
+    "num_iterations": 1,
+    "importance_sampling_level": "token",
+    "mask_truncated_completions": False,
 }
+
+# The newest TRL the recipe was run against (pyproject bounds trl below the next minor): the recipe uses
+# GRPOTrainer's experimental `rollout_func`, the `tool_mask` TRL builds from `env_mask`, `_log_metric` and
+# (vLLM colocate) `vllm_generation.llm`; tests/agent/test_grpo.py fails when any of them changes meaning.
+TRL_TESTED = "1.16"
 
 
 @dataclass

@@ -23,6 +23,7 @@ final_metrics.json (with the mean reward of the first and last 10 steps).
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import time
@@ -31,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import trl
 from transformers import set_seed
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 from trl.models import unwrap_model_for_generation
 
-from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, AgentScriptArguments
+from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED, AgentScriptArguments
 from r3forge.agent.data import load_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv, open_env
 from r3forge.agent.reward import answer_reward, format_reward
@@ -137,9 +139,21 @@ def reward_summary(log_history: list[dict[str, Any]], window: int = 10) -> dict[
             "logged_steps": len(rows)}  # fmt: skip
 
 
+def check_trl() -> None:
+    """Fail before loading anything when the installed TRL lacks what the recipe calls."""
+    missing = [what for what, ok in (
+        ("GRPOTrainer(rollout_func=...)", "rollout_func" in inspect.signature(GRPOTrainer.__init__).parameters),
+        ("GRPOTrainer._log_metric", callable(getattr(GRPOTrainer, "_log_metric", None))),
+    ) if not ok]  # fmt: skip
+    if missing:
+        raise ConfigError(f"trl {trl.__version__} has no {', '.join(missing)}: the agent recipe runs on trl "
+                          f"<= {TRL_TESTED} (pip install 'trl>=1.10,<={TRL_TESTED}.99')")  # fmt: skip
+
+
 def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConfig, rollout: RolloutConfig,
          model_args: ModelConfig, training: GRPOConfig) -> dict[str, Any]:  # fmt: skip
     """Train, save `final/` and the run files; returns the final metrics."""
+    check_trl()
     resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite)
     out = Path(training.output_dir)
     set_seed(training.seed)
