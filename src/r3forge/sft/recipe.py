@@ -16,13 +16,18 @@ What the recipe fixes on top of TRL:
 - task metrics at every evaluation, before the first step and at the end (`taskeval.TaskEval`);
 - the run folder of `run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/), and each
   evaluation's per-row generations in task_eval/step_<N>.jsonl;
-- `resume_from_checkpoint: auto` continues from the last checkpoint; a folder holding a run is refused.
+- `resume_from_checkpoint: auto` continues from the last checkpoint; a folder holding a run is refused;
+- under a DeepSpeed accelerate config (configs/accelerate/zero*.yaml) a launch that DeepSpeed would stop
+  later with a cryptic error is refused up front (`check_deepspeed_launch`), and run.json records how the
+  run was distributed, read from the engine that ran (`distributed_info`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +87,69 @@ def load_model(model_args: ModelConfig, training: Any) -> tuple[str, Any, Any]:
     return base, model, tokenizer
 
 
+def check_deepspeed_launch(training: SFTConfig) -> None:
+    """Under `accelerate launch --config_file configs/accelerate/zero*.yaml` (ACCELERATE_USE_DEEPSPEED), refuse
+    before loading anything the two settings that stop a DeepSpeed run later with a cryptic error: a mixed
+    precision of the launcher that the recipe's `bf16`/`fp16` do not match (DeepSpeed's config takes it from
+    the launcher), and, without CUDA and with several processes, neither `use_cpu: true` nor
+    `ddp_backend: gloo` (accelerate then counts one process and DeepSpeed stops on train_batch_size !=
+    micro batch x accumulation x world size). On CPU DeepSpeed runs with `use_cpu: true` (gloo), `bf16: false`
+    and `accelerate launch --mixed_precision no`."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        return
+    cpu = "on CPU: accelerate launch --mixed_precision no ... --use_cpu true --bf16 false"
+    launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    recipe = "bf16" if training.bf16 else "fp16" if training.fp16 else "no"
+    if launcher != recipe:
+        raise ConfigError(
+            f"accelerate launch --mixed_precision {launcher} (the accelerate config's mixed_precision) but the "
+            f"SFT config trains in {recipe} (bf16: {training.bf16}, fp16: {training.fp16}): DeepSpeed would "
+            f"refuse the mismatch; set both alike ({cpu})"
+        )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if (
+        world > 1
+        and not torch.cuda.is_available()
+        and not training.use_cpu
+        and training.ddp_backend != "gloo"
+    ):
+        raise ConfigError(
+            f"{world} DeepSpeed processes without a CUDA device need use_cpu: true or ddp_backend: gloo "
+            f"(ddp_backend is {training.ddp_backend}; accelerate would count one process) ({cpu})"
+        )
+
+
+def distributed_info(trainer: SFTTrainer) -> dict[str, Any]:
+    """How the run was spread over processes (run.json's `distributed`): the accelerator's type, processes and
+    backend, and under DeepSpeed what the engine ran (ZeRO stage, offload, batch arithmetic, optimizer)."""
+    acc = trainer.accelerator
+    info: dict[str, Any] = {"type": acc.distributed_type.value, "num_processes": acc.num_processes,
+                            "backend": acc.state.backend, "device": str(acc.device)}  # fmt: skip
+    engine = trainer.model_wrapped
+    if trainer.is_deepspeed_enabled and hasattr(engine, "zero_optimization_stage"):
+        # an offload config (or None); its device a plain string or a str enum, by DeepSpeed version
+        offload = [getattr(o.device, "value", o.device) if o else "none"
+                   for o in (engine.zero_offload_optimizer(), engine.zero_offload_param())]  # fmt: skip
+        info["deepspeed"] = {
+            "version": version("deepspeed"),
+            "zero_stage": engine.zero_optimization_stage(),
+            "offload_optimizer": offload[0],
+            "offload_param": offload[1],
+            "train_batch_size": engine.train_batch_size(),
+            "train_micro_batch_size_per_gpu": engine.train_micro_batch_size_per_gpu(),
+            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
+            "optimizer": type(engine.basic_optimizer).__name__,
+        }
+    return info
+
+
 def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfig) -> dict[str, Any]:
     """Train, evaluate, save `final/` and the run files; returns the final metrics."""
     if script.task not in TASKS:
         raise ConfigError(f"task must be one of {TASKS}, got {script.task!r}")
     resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite)
     out = Path(training.output_dir)
+    check_deepspeed_launch(training)
     set_seed(training.seed)
 
     # data: prompt/completion chat rows; the held-out split feeds both eval loss and task metrics
@@ -139,7 +201,11 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
             metrics["task_before"] = task_eval.history[0] if task_eval.at_start else None
             metrics["task_after"] = task_eval.history[-1]
         write_json(out / "final_metrics.json", metrics)
-        write_json(out / "run.json", info | {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        finished = {
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "distributed": distributed_info(trainer),
+        }
+        write_json(out / "run.json", info | finished)
     return metrics
 
 
