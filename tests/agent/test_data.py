@@ -63,3 +63,17 @@ def test_closed_book_filter_drops_answered_keeps_yes_no(smollm2_path, tmp_path):
     written = {json.loads(line)["id"] for line in (tmp_path / "d.jsonl").read_text().splitlines()}
     assert written == {i for i, m in marks.items() if not m["closed_book_answered"]}
     assert kept["written"] == len(written) and kept["yes_no_exempt"] == marked["yes_no_exempt"] == 1
+
+
+def test_gold_answers_that_normalize_to_nothing_are_dropped(tmp_path, capsys):
+    """NQ-open has golds like "A+" and ")": normalized they are "", which "<answer>the</answer>" matches."""
+    path = tmp_path / "nq.jsonl"
+    rows = [{"question": "grade?", "answer": ["A+"]}, {"question": "both?", "answer": [")", "Paris"]},
+            {"question": "city?", "answer": ["Rome"]}]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept = load_rows(str(path), "all", 0.0)
+    assert [r["answers"] for r in kept] == [["Paris"], ["Rome"]]
+    assert (
+        "dropped 1 all question(s) whose every gold answer normalizes to the empty string"
+        in capsys.readouterr().err
+    )

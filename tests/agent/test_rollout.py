@@ -14,7 +14,6 @@ from r3forge.agent.rollout import (
     Encoder,
     HFPolicy,
     RolloutConfig,
-    Turn,
     encode_prompt,
     run_rollouts,
 )
@@ -27,20 +26,6 @@ def smol(smollm2_path):
     return AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32).eval(), tokenizer
 
 
-class ScriptedPolicy:
-    """A deterministic policy: turn t of every rollout is `script[t]` (text, tokenized once), with logprobs
-    -(1 + position) so each token's logprob is recognizable. Lets one test walk every branch of the loop."""
-
-    def __init__(self, tokenizer, script: list[str]):
-        self.turns = [tokenizer.encode(s, add_special_tokens=False) for s in script]
-        self.calls = 0
-
-    def generate(self, prompts, max_new_tokens):
-        ids = self.turns[self.calls][:max_new_tokens]
-        self.calls += 1
-        return [Turn(list(ids), [-(1.0 + i) for i in range(len(ids))], "stop") for _ in prompts]
-
-
 def runs(mask: list[int]) -> list[tuple[int, int, int]]:
     """(value, start, end) of each maximal run of equal values."""
     out, start = [], 0
@@ -51,11 +36,11 @@ def runs(mask: list[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def test_scripted_rollout_is_token_exact(world, smol):
+def test_scripted_rollout_is_token_exact(world, smol, scripted_policy):
     _, tok = smol
     env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=2))
     script = ["Let me look. <search> born in </search>", "hmm, not sure", "<answer> 1858 </answer>"]
-    policy = ScriptedPolicy(tok, script)
+    policy = scripted_policy(tok, script)
     config = RolloutConfig(max_turns=2, max_turn_tokens=64, max_obs_tokens=40)
     prompt = encode_prompt(tok, [{"role": "user", "content": "When was X born?"}])
     (r,) = run_rollouts([prompt], policy, env, tok, config, max_completion_tokens=2000)
@@ -78,10 +63,10 @@ def test_scripted_rollout_is_token_exact(world, smol):
     assert r.searches == ["born in"] and r.invalid_turns == 1 and r.finish == "answer" and r.turns == 3
 
 
-def test_budget_truncates_without_eos(world, smol):
+def test_budget_truncates_without_eos(world, smol, scripted_policy):
     _, tok = smol
     env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw"))
-    policy = ScriptedPolicy(tok, ["<search> born in </search>", "<answer> x </answer>"])
+    policy = scripted_policy(tok, ["<search> born in </search>", "<answer> x </answer>"])
     prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
     (r,) = run_rollouts([prompt], policy, env, tok, RolloutConfig(max_turns=1), max_completion_tokens=30)
     assert (
@@ -90,10 +75,10 @@ def test_budget_truncates_without_eos(world, smol):
     assert len(r.env_mask) == len(r.logprobs) == 30
 
 
-def test_final_turn_does_not_search(world, smol):
+def test_final_turn_does_not_search(world, smol, scripted_policy):
     _, tok = smol
     env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw"))
-    policy = ScriptedPolicy(tok, ["<search> a </search>", "<search> b </search>"])
+    policy = scripted_policy(tok, ["<search> a </search>", "<search> b </search>"])
     prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
     (r,) = run_rollouts([prompt], policy, env, tok, RolloutConfig(max_turns=1), max_completion_tokens=4000)
     assert r.searches == ["a"] and r.finish == "final" and r.completion_ids[-1] == tok.eos_token_id

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from r3forge.agent.reward import answerable
 from r3forge.annotate.teacher import TeacherConfig, open_teacher
 from r3forge.backends.base import GenerationRequest
 from r3forge.data.loaders import load_qa
@@ -75,19 +77,29 @@ def is_heldout(question_id: Any, fraction: float) -> bool:
 
 def load_rows(path: str, split: str, heldout_fraction: float, observation: str = "verbal",
               limit: int | None = None, qa_format: str = "auto", example: bool = False) -> list[dict[str, Any]]:  # fmt: skip
-    """The `split` ("train" | "heldout" | "all") rows of a QA file, first `limit` of them."""
+    """The `split` ("train" | "heldout" | "all") rows of a QA file, first `limit` of them.
+
+    Gold answers that normalize to the empty string (NQ-open's "A+", ")") are left out, since any answer
+    that normalizes to nothing ("the") would match them; a question left without a gold answer is dropped,
+    and the count goes to stderr."""
     if split not in ("train", "heldout", "all"):
         raise ConfigError(f"split must be train, heldout or all, got {split!r}")
-    rows = []
+    rows, unanswerable = [], []
     for r in load_qa(path, format=qa_format):
         if split != "all" and is_heldout(r["id"], heldout_fraction) != (split == "heldout"):
             continue
         if not r["answers"]:
             raise ConfigError(f"{path}: question {r['id']} has no gold answer")
-        rows.append({"id": r["id"], "question": r["question"], "answers": list(r["answers"]),
+        if not (answers := answerable(r["answers"])):
+            unanswerable.append(f"{r['id']} {list(r['answers'])!r}")
+            continue
+        rows.append({"id": r["id"], "question": r["question"], "answers": answers,
                      "prompt": instruction(r["question"], observation, example)})  # fmt: skip
         if limit is not None and len(rows) >= limit:
             break
+    if unanswerable:
+        print(f"{path}: dropped {len(unanswerable)} {split} question(s) whose every gold answer normalizes to "
+              f"the empty string (e.g. {unanswerable[0]})", file=sys.stderr)  # fmt: skip
     if not rows:
         raise ConfigError(f"{path}: no {split} questions (heldout_fraction={heldout_fraction})")
     return rows

@@ -9,6 +9,8 @@ Observation formats (the body of `<information>`):
 - verbal: the top-k documents by reranker score (ties by the score token's logprob), each as
   `[Doc i] comment (Relevance score: s)`; a document whose output did not parse shows its text instead;
 - raw: the retriever's top-k as `Doc i(Title: t) text` (the Search-R1 baseline and the ablation).
+Either body goes through `reward.neutralize_tags`: a document or comment that contains `</information>` or
+`<answer>` cannot close the observation or answer for the policy.
 
     env = SearchEnv(load_retriever("indexes/world-bm25"), VerbalReranker(backend), EnvConfig(num_shown=3))
     env.observe(["birth year of Peibrette Thesick", "birth year of Peibrette Thesick"])  # 1 search, 1 rerank
@@ -22,6 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Literal
 
+from r3forge.agent.reward import neutralize_tags
 from r3forge.annotate.teacher import TeacherConfig, open_teacher
 from r3forge.errors import ConfigError
 from r3forge.rerank.base import Reranker, RerankOutput, order, to_candidates
@@ -239,7 +242,7 @@ class SearchEnv:
                 else:
                     picked, body = list(range(len(texts))), format_raw(titles, texts)
                     scores, tiebreak = [s for _, s in hits[j]], [float("nan")] * len(texts)
-                body = body or "No documents were found."
+                body = neutralize_tags(body) or "No documents were found."  # no document can close it
                 shown = "\n".join(f"{titles[i]}\n{texts[i]}" for i in picked)
                 ids = [str(docs[j][i]["id"]) for i in picked]
                 observations.append(Observation(key, body, ids, scores, tiebreak, shown, len(docs[j])))
