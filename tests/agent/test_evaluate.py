@@ -11,7 +11,8 @@ import pytest
 from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv
 from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
 from r3forge.agent.evaluate import main as eval_main
-from r3forge.agent.rollout import RolloutConfig, Turn, encode_prompt
+from r3forge.agent.reward import parse_completion
+from r3forge.agent.rollout import RolloutConfig, Turn, encode_prompt, run_rollouts
 from r3forge.agent.tts import TTSConfig, keep_probability, majority, relevance_guided, shares, write_results
 from r3forge.agent.tts import main as tts_main
 from r3forge.config import parse_config
@@ -103,6 +104,24 @@ def test_relevance_guided_dedups_globally_and_spends_the_budget(world, smollm2_p
                              TTSConfig(samples=4, iterations=3), random.Random(0))  # fmt: skip
     assert final == ["1858"] * 4 and policy.calls == [4, 4]
     assert env.counters.queries == 4 and env.counters.unique_queries == 1  # one retrieval for four branches
+
+
+def test_every_tts_arm_reads_a_rollout_as_the_format_parser_does(world, smollm2_path, scripted_policy):
+    """An invalid first turn, then a turn that corrects its own answer: the majority-vote arms (whole
+    rollouts, corrected) read 1859; the relevance-guided arm read the turn's first action, 1858, after
+    dropping the invalid branch."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path)
+    env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
+    prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
+    script = ["Let me think first.", "<answer> 1858 </answer> no, <answer> 1859 </answer>"]
+    rollout = RolloutConfig(max_turns=2, max_turn_tokens=32, max_obs_tokens=30)
+    (r,) = run_rollouts([prompt], scripted_policy(tok, script), env, tok, rollout, 200)
+    naive = parse_completion(tok.decode(r.completion_ids, skip_special_tokens=True)).answer
+    relevance = relevance_guided(prompt, scripted_policy(tok, script), env, tok, rollout,
+                                 TTSConfig(samples=1, iterations=3), random.Random(0))  # fmt: skip
+    assert (r.invalid_turns, naive, relevance) == (1, "1859", ["1859"])
 
 
 def test_algorithm_pieces():

@@ -10,6 +10,9 @@ Three strategies spend the same sample budget N per question and answer by major
   s_max,q is the best reranker score among q's documents and s_best the best over this iteration's
   queries, and becomes a branch with (s, l) = (s_max,q, that document's score-token logprob). Stops at
   |F| = N or after T iterations (the last one only answers). An empty branch set restarts from the root.
+  Turns are read as `run_rollouts` reads them, so every arm parses the same way: an invalid turn gets the
+  correction message and continues as a branch, and an answer is the format parser's answer over the
+  branch's whole completion (`reward.parse_completion`), as the majority-vote arms read a finished rollout.
 Reranker calls are counted per strategy: unique (query) reranks and (query, document) pairs judged.
 
     r3forge eval tts --config configs/eval/tts_world_cpu.yaml --model runs/grpo/agent_world_cpu/final
@@ -128,13 +131,19 @@ def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenize
         jobs = [b for b, k in zip(branches, counts, strict=True) for _ in range(k)]
         turns = policy.generate([prompt + b.ids for b in jobs], rollout.max_turn_tokens)
         pending: list[tuple[Branch, list[int], str]] = []
+        branches = []
         for b, turn in zip(jobs, turns, strict=True):
             action, arg = turn_action(tokenizer.decode(turn.ids, skip_special_tokens=True))
-            if action == "answer":
-                final.append(arg)
-            elif action == "search" and t < tts.iterations - 1:
+            if action == "answer":  # read as the majority-vote arms read a rollout: the whole completion
+                text = tokenizer.decode(b.ids + turn.ids, skip_special_tokens=True)
+                if (answer := parse_completion(text).answer) is not None:
+                    final.append(answer)
+            elif t == tts.iterations - 1:
+                continue  # the last iteration only answers
+            elif action == "search":
                 pending.append((b, turn.ids, arg))
-        branches = []
+            else:  # an invalid turn is corrected and continues, as in `run_rollouts`
+                branches.append(Branch(b.ids + turn.ids + enc.correction, b.s, b.l))
         if pending:
             observations = env.observe([q for _, _, q in pending])  # one batched, de-duplicated call
             best = {o.query: (o.scores[0] if o.scores else 0.0, o.tiebreak[0] if o.tiebreak else math.nan)
