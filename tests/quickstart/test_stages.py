@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from r3forge.agent.config import GRPO_CONFIGS
+from r3forge.agent.env import EnvConfig, SearchConfig
 from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
+from r3forge.agent.warmstart import WarmstartArgs
 from r3forge.annotate.jobs import VERBAL_CONFIGS
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
@@ -51,12 +53,25 @@ def test_plan_covers_every_stage_and_its_flags_parse(tmp_path: Path):
                 checked += 1
     assert checked == 7  # annotate, 2x sft, rag, 2x eval agent, grpo
     servers = {s.name: s.server for s in stages if s.server}
-    assert servers == {"annotate": "teacher", "rag": "student", "agent-before": "student", "grpo": "student",
-                       "agent-after": "student"}  # fmt: skip
+    assert servers == {"annotate": "teacher", "warmstart-data": "student", "warmstart-sft": "student",
+                       "rag": "student", "agent-before": "student", "grpo": "student", "agent-after": "student"}  # fmt: skip
     # the student's stages run back to back: its vLLM server starts once
     roles = [s.server for s in stages]
     first, last = roles.index("student"), len(roles) - 1 - roles[::-1].index("student")
     assert set(roles[first : last + 1]) == {"student"}
+
+
+def test_warm_start_shows_the_observations_grpo_shows(tmp_path: Path):
+    """The format warm start's trajectories are built with GRPO's environment and reranker: the same
+    observation format (verbal), documents, comment length and the same served student."""
+    by = {s.name: fill(s.argv, URLS) for s in build_stages(QuickstartConfig(), tmp_path / "run")}
+    _, warm_search, warm_env = parse_config(
+        (WarmstartArgs, SearchConfig, EnvConfig), by["warmstart-data"][2:]
+    )
+    grpo = dict(zip(("script", "search", "env"), parse_config(GRPO_CONFIGS, by["grpo"][1:])[:3], strict=True))
+    assert warm_env == grpo["env"] and warm_env.observation == "verbal"
+    assert (warm_search.reranker_model, warm_search.reranker_base_url, warm_search.reranker_max_tokens) == (
+        grpo["search"].reranker_model, grpo["search"].reranker_base_url, grpo["search"].reranker_max_tokens)  # fmt: skip
 
 
 def test_bad_settings_are_named():

@@ -5,6 +5,8 @@ A 135M model never writes the tags on its own, so GRPO would see reward 0 everyw
 <search> per hop (the record's sub-questions, or the question for one hop), the real observation the
 environment returns for it (the run's retriever, raw or verbal), and the gold answer. `r3forge sft` on those
 rows (a few dozen steps) teaches the format; GRPO then learns when and what to search from the reward.
+Build the rows with the observation settings the GRPO run uses (`observation: verbal` by default, with its
+reranker, num_retrieve, num_shown, doc_max_words): the warm start teaches the format GRPO will show.
 The rows use training questions only (the same hashed split `eval agent` holds out). In SFT the observation
 tokens are part of the completion; the GRPO recipe masks them.
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from r3forge.agent.data import hops, instruction, is_heldout, trajectory
 from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv, open_env
+from r3forge.agent.reward import answerable
 from r3forge.data.loaders import load_qa
 from r3forge.sft.run import write_jsonl
 
@@ -46,8 +49,9 @@ class WarmstartArgs:
 
 def write_warmstart(args: WarmstartArgs, search: SearchConfig, env_config: EnvConfig) -> dict[str, Any]:
     """Build the rows with the real environment (one batched observe per hop index)."""
-    records = [r for r in load_qa(args.dataset, format=args.qa_format)
-               if not is_heldout(r["id"], args.heldout_fraction) and r["answers"]][: args.max_questions]  # fmt: skip
+    records = [r | {"answers": golds} for r in load_qa(args.dataset, format=args.qa_format)
+               if not is_heldout(r["id"], args.heldout_fraction) and (golds := answerable(r["answers"]))]  # fmt: skip
+    records = records[: args.max_questions]
     with ExitStack() as stack:
         env: SearchEnv = open_env(stack, search, env_config)
         chains = [hops(r) for r in records]

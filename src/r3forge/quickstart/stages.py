@@ -12,8 +12,8 @@ progress bars on the terminal, its output also in `logs/<stage>.log`), with the 
     export-sft      accepted annotations -> a chat SFT dataset, split by question
     reranker-sft    distill the verbal reranker student (configs/sft/verbal_reranker_cpu.yaml)
     reranker-export the student as a release folder (what vLLM serves and the Hub receives)
-    warmstart-data  worked search trajectories that teach the generator the tags (one 20-word document per
-                    search: the tags are the lesson, and short rows keep the SFT quick)
+    warmstart-data  worked search trajectories that teach the generator the tags, with the observations
+                    GRPO will show it (verbal: the student's comments and scores, GRPO's env settings)
     warmstart-sft   the format warm start of the generator
     rag             single-turn RAG: retrieval-only vs the verbal student vs IGP (table + Pareto plot)
     agent-before    multi-turn search agent (student reranker served by vLLM) on held-out questions
@@ -47,12 +47,18 @@ from r3forge.errors import ConfigError, R3ForgeError
 from r3forge.sft.run import write_json
 
 STATE = "state.json"
+# the observation settings of configs/grpo/agent_world_cpu.yaml (and eval/agent_world_cpu.yaml), so that the
+# warm start teaches the format GRPO shows (tests/quickstart checks they agree)
+WARMSTART_ENV = (
+    "--observation verbal --num_retrieve 3 --num_shown 2 --doc_max_words 30 --reranker_max_tokens 64"
+)
 # QuickstartConfig fields that say where/how far to run, not what: a resume may change them
 RUN_CONTROL = ("run_dir", "fresh", "stop_after", "output_root")
 STAGE_NAMES = ("models", "world", "reranker-world", "index", "annotate", "export-sft", "reranker-sft",
                "reranker-export", "warmstart-data", "warmstart-sft", "rag", "agent-before", "grpo",
                "agent-after", "report")  # fmt: skip
-# the student-server stages (rag .. agent-after) run back to back: one vLLM start (~1 min on 2 cores)
+# the student-server stages (warmstart-data .. agent-after) run back to back: one vLLM start (~1 min on 2
+# cores); warmstart-sft, between two of them, keeps the idle server up
 
 
 class StageFailed(R3ForgeError, RuntimeError):
@@ -122,7 +128,8 @@ class Stage:
     title: str
     argv: tuple[str, ...]  # after `r3forge`; {teacher_url} / {student_url} filled in when it runs
     output: str = ""  # what it writes (relative to the working directory); moved aside on a rerun
-    server: Literal["", "teacher", "student"] = ""  # the vLLM server it talks to
+    server: Literal["", "teacher", "student"] = ""  # the vLLM server up while it runs (it talks to it, or
+    # it sits between two stages that do: one start instead of two)
     resumable: bool = False  # an interrupted attempt continues in place
 
 
@@ -180,14 +187,13 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
               f"{r}/reranker-sft", resumable=True),
         stage("reranker-export", "Export the student as a release folder",
               f"export --run {r}/reranker-sft --out {student}", student),
-        stage("warmstart-data", "Worked search trajectories for the format warm start",
-              f"data agent-warmstart --dataset {world}/questions.jsonl --index {r}/index --observation raw "
-              f"--num_shown 1 --doc_max_words 20 --max_questions {c.warmstart_questions} --output "
-              f"{r}/warmstart.jsonl", f"{r}/warmstart.jsonl"),
+        stage("warmstart-data", "Worked search trajectories for the format warm start (GRPO's observations)",
+              f"data agent-warmstart {agent_env} {WARMSTART_ENV} --max_questions {c.warmstart_questions} "
+              f"--output {r}/warmstart.jsonl", f"{r}/warmstart.jsonl", "student"),
         stage("warmstart-sft", "Format warm start of the generator (SFT)",
               f"sft --config {cfg}/sft/agent_warmstart_cpu.yaml --dataset {r}/warmstart.jsonl "
               f"--model_name_or_path {q(c.generator_model)} --output_dir {r}/warmstart-sft "
-              "--resume_from_checkpoint auto", f"{r}/warmstart-sft", resumable=True),
+              "--resume_from_checkpoint auto", f"{r}/warmstart-sft", "student", True),
         stage("rag", "Single-turn RAG: retrieval only vs verbal student vs IGP",
               f"eval rag --config {cfg}/eval/igp_world_cpu.yaml --qa_path {world}/hf/questions --max_questions "
               f"{c.rag_questions} --methods none verbal igp --top_m 1 3 --thresholds {thresholds} --model "
