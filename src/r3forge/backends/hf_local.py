@@ -110,7 +110,10 @@ class HFLocalBackend:
             **extra,
         )
 
-    @torch.inference_mode()
+    # no_grad, not inference_mode: the backend also generates with a model being trained (SFT task metrics);
+    # under DeepSpeed ZeRO-3 the small gathered weights persist between steps, and gathered in inference
+    # mode they are inference tensors the next training step cannot save for backward
+    @torch.no_grad()
     def _generate_batch(
         self, requests: Sequence[GenerationRequest], prompts: Sequence[list[int]]
     ) -> list[GenerationResult]:

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import TrainerCallback
 
 from r3forge.annotate.report import agreement
@@ -48,23 +47,10 @@ def whole_questions(rows: Sequence[dict], n: int) -> list[dict]:
     return out
 
 
-class TrainingModelBackend(HFLocalBackend):
-    """`HFLocalBackend` on the model being trained: generates under `torch.no_grad` instead of
-    `torch.inference_mode`. Under DeepSpeed ZeRO-3 a forward pass gathers the sharded weights, and the small
-    ones stay gathered between steps (stage3_param_persistence_threshold); gathered inside inference mode they
-    are inference tensors, and the next training step fails with "Inference tensors cannot be saved for
-    backward"."""
-
-    @torch.no_grad()
-    def _generate_batch(self, requests: Sequence[GenerationRequest], prompts: Sequence[list[int]]) -> list:
-        body = getattr(HFLocalBackend._generate_batch, "__wrapped__", HFLocalBackend._generate_batch)
-        return body(self, requests, prompts)  # the undecorated method: no inference mode
-
-
 def generate(model: Any, tokenizer: Any, prompts: Sequence[list[dict]], max_new_tokens: int,
              batch_size: int = 16) -> list[Choice]:  # fmt: skip
     """Greedy completions of chat prompts by `model` (train mode restored after), with top-5 logprobs."""
-    backend = TrainingModelBackend(model, tokenizer, batch_size)
+    backend = HFLocalBackend(model, tokenizer, batch_size)
     requests = [GenerationRequest(messages=p, max_tokens=max_new_tokens, top_logprobs=5) for p in prompts]
     return [r.choices[0] for r in backend.generate(requests)]
 
