@@ -27,7 +27,8 @@ import inspect
 import json
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,26 @@ def rollout_row(r: Rollout, tokenizer: Any, step: int) -> dict[str, Any]:
             "tokens": len(r.completion_ids), "policy_tokens": sum(r.env_mask)}  # fmt: skip
 
 
+@contextmanager
+def awake(generation: Any) -> Iterator[Any]:
+    """TRL's colocated engine, ready to generate, as TRL's own `generate` leaves it: with sleep mode
+    (`vllm_enable_sleep_mode`, the paper config) TRL keeps it asleep at level 2 (weights and KV cache
+    freed) between generations, and on the `rollout_func` path wakes only the weights; a rollout on a
+    sleeping KV cache hangs. Weights re-pushed if they slept since TRL's last sync, KV cache woken, and the
+    engine back to sleep when the rollouts are done."""
+    if not generation.enable_sleep_mode:
+        yield generation.llm
+        return
+    if generation._llm_weights_sleeping:  # level 2 discarded them: push the training weights again
+        generation.sync_weights()
+    generation.llm.wake_up(tags=["kv_cache"])
+    try:
+        yield generation.llm
+    finally:
+        generation.llm.sleep(level=2)
+        generation._llm_weights_sleeping = True
+
+
 class AgentRollout:
     """TRL's `rollout_func(prompts, trainer)`: one multi-turn rollout per prompt (TRL repeats each prompt G
     times), returned token-in/token-out with `env_mask`."""
@@ -72,11 +93,11 @@ class AgentRollout:
         if args.use_vllm:
             if args.vllm_mode != "colocate":
                 raise ConfigError("the agent recipe needs vllm_mode: colocate (its rollouts call the engine)")
-            policy = VLLMPolicy(trainer.vllm_generation.llm, self.tokenizer.eos_token_id, args.temperature,
-                                args.top_p)  # fmt: skip
-            rollouts = run_rollouts(
-                ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
-            )
+            with awake(trainer.vllm_generation) as llm:
+                policy = VLLMPolicy(llm, self.tokenizer.eos_token_id, args.temperature, args.top_p)
+                rollouts = run_rollouts(
+                    ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
+                )
         else:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                              gather_deepspeed3_params=args.ds3_gather_for_generation) as model:  # fmt: skip
