@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from r3forge.backends import vllm_server
 from r3forge.backends.vllm_server import (
     ServeLLMConfig,
     ServerStartError,
@@ -39,6 +40,19 @@ def test_cpu_build_command_falls_back_to_the_api_server_module():
         assert flag in joined
     assert "--generation-config vllm" in joined and "--max-logprobs 20" in joined
     assert env["VLLM_CPU_KVCACHE_SPACE"] == os.environ.get("VLLM_CPU_KVCACHE_SPACE", "3")
+
+
+def test_gpu_memory_share_goes_to_gpu_builds_only(monkeypatch):
+    """A reranker served beside a colocated GRPO engine on one GPU needs a share below vLLM's 0.9; a CPU
+    build has no such flag (its KV cache is VLLM_CPU_KVCACHE_SPACE)."""
+    config = ServeLLMConfig(model="smollm2-135m-instruct", gpu_memory_utilization=0.2)
+    monkeypatch.setattr(vllm_server, "is_cpu_build", lambda: False)  # the command a CUDA build gets
+    cmd, _ = build_command(config, "/m", 8123)
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.2" and "--enforce-eager" not in cmd
+    cmd, _ = build_command(ServeLLMConfig(model="smollm2-135m-instruct"), "/m", 8123)
+    assert "--gpu-memory-utilization" not in cmd  # 0: vLLM's own default
+    monkeypatch.setattr(vllm_server, "is_cpu_build", lambda: True)
+    assert "--gpu-memory-utilization" not in build_command(config, "/m", 8123)[0]
 
 
 def test_serve_llm_dry_run_resolves_embedded_names(smollm2_path, capsys):

@@ -92,17 +92,18 @@ def sft_command(gpu_world: dict[str, Path]) -> list[str]:
 
 @pytest.fixture(scope="session")
 def grpo_command(gpu_world: dict[str, Path]) -> list[str]:
-    """The CPU GRPO recipe (configs/grpo/agent_world_cpu.yaml: G = 4, 8 rollouts a step, 2 search turns)
-    from the SFT run's final/, except: raw observations (no reranker server: see test_gpu.py), bf16, and
-    TRL's colocated vLLM engine for the rollouts in 0.3 of the GPU (TRL's default), a 2048-token context."""
+    """The CPU GRPO recipe (configs/grpo/agent_world_cpu.yaml: G = 4, 8 rollouts a step, 2 search turns,
+    verbal observations) from the SFT run's final/, except: the embedded model as the verbal reranker (served
+    by vLLM here in 0.15 of the GPU), bf16, and TRL's colocated vLLM engine for the rollouts in 0.3 of the GPU
+    (TRL's default) with sleep mode on, as the paper config runs it, a 2048-token context."""
     w = gpu_world
     argv = ["grpo", "--config", REPO / "configs" / "grpo" / "agent_world_cpu.yaml",
-            "--dataset", w["questions"], "--index", w["index"], "--observation", "raw", "--num_shown", 1,
-            "--doc_max_words", 20,
+            "--dataset", w["questions"], "--index", w["index"], "--reranker_model", "smollm2-135m-instruct",
+            "--reranker_serve", "true", "--reranker_gpu_memory_utilization", 0.15,
             "--model_name_or_path", w["root"] / "sft" / "final", "--output_dir", w["root"] / "grpo",
             "--max_steps", GRPO_STEPS, "--save_strategy", "no", "--bf16", "true", "--use_cpu", "false",
             "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_gpu_memory_utilization", 0.3,
-            "--vllm_max_model_length", 2048, "--report_to", "none"]  # fmt: skip
+            "--vllm_enable_sleep_mode", "true", "--vllm_max_model_length", 2048, "--report_to", "none"]  # fmt: skip
     return [str(a) for a in argv]
 
 

@@ -9,8 +9,9 @@ synthetic world (nothing downloaded), five checks in under 8 minutes, one summar
 3. GRPO with TRL's colocated vLLM: `r3forge grpo` (configs/grpo/agent_world_cpu.yaml) from the SFT run with
    `use_vllm: true, vllm_mode: colocate` (the rollouts run on `trainer.vllm_generation.llm`) and `env_mask`:
    every step logs masked_fraction > 0 (observation and correction tokens not in the loss) and the run saves
-   final/. Raw observations: a served verbal reranker would start a second vLLM with vLLM's default 0.9 of the
-   GPU, and the colocated engine could not start next to it (`ServeLLMConfig` has no memory share).
+   final/. Verbal observations from the embedded model served by vLLM beside it (0.15 of the GPU:
+   `reranker_gpu_memory_utilization`), and sleep mode on as in configs/grpo/agent_qwen2.5-3b.yaml (the
+   rollouts wake the KV cache TRL keeps asleep: `agent.grpo.awake`).
 4. bench annotate: tests/benchmarks/bench_annotate_throughput.py on CUDA: the annotation pipeline
    (`run_step`: batched, concurrent HTTP) vs a sequential loop of chat calls on one vLLM server; goal >= 6x.
 5. bench IGP: tests/benchmarks/bench_igp_probes.py with the vLLM engine on CUDA: `probe_gains` batched vs
@@ -26,7 +27,8 @@ work, so the work is the smallest that still measures its point; the estimate fo
   step noise, seconds of GPU time;
 - parity: the 4 requests of 12 greedy tokens; engine and server eager, 0.15 of the GPU each;
 - GRPO: 2 steps of 8 rollouts (2 questions x G = 4, the CPU YAML's batch) of up to 2 searches: each step has
-  observation tokens to mask; 0.3 of the GPU for the colocated engine (TRL's default), context 2048;
+  observation tokens to mask; 0.3 of the GPU for the colocated engine (TRL's default), context 2048, plus
+  one reranker server start (~30 s);
 - annotate: 64 pairs (96 new tokens each): ~15-20 s sequential, while the pipeline's batches (32, 4 in
   flight) hold all 64 at once; the offline-batch arm is reported too;
 - IGP: the benchmark's defaults (Q = 4 questions x N = 10 passages, K = 128, 32 steps: 44 probes), the

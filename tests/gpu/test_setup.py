@@ -53,6 +53,8 @@ def test_world_feeds_the_benchmarks_and_the_command_lines_parse(
     assert (sft.max_steps, sft.per_device_train_batch_size, sft.logging_steps) == (16, 8, 1)
     _, search, env, _, model, grpo = parse(grpo_command[1:] + CPU, "gpu check")
     assert (grpo.use_vllm, grpo.vllm_mode, grpo.vllm_gpu_memory_utilization) == (True, "colocate", 0.3)
+    assert grpo.vllm_enable_sleep_mode  # as configs/grpo/agent_qwen2.5-3b.yaml: the rollouts must wake it
     assert (grpo.max_steps, grpo.num_generations, grpo.per_device_train_batch_size) == (2, 4, 8)
-    assert env.observation == "raw" and Path(search.index) == gpu_world["index"]
+    assert env.observation == "verbal" and Path(search.index) == gpu_world["index"]
+    assert (search.reranker_serve, search.reranker_gpu_memory_utilization) == (True, 0.15)
     assert Path(model.model_name_or_path) == Path(sft.output_dir) / "final"

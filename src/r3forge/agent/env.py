@@ -96,6 +96,11 @@ class SearchConfig:
                   "empty: reranker_model's with reranker_serve, else none (ties by retriever order)."},
     )  # fmt: skip
     reranker_max_tokens: int = field(default=128, metadata={"help": "Max new tokens of comment + score."})
+    reranker_gpu_memory_utilization: float = field(
+        default=0.0,
+        metadata={"help": "reranker_serve / vllm on a GPU: its share of GPU memory (0: vLLM's default, 0.9; "
+                  "beside a colocated GRPO engine on the same GPU, e.g. 0.2)."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if bool(self.index) == bool(self.retriever_url):
@@ -105,8 +110,8 @@ class SearchConfig:
         """The reranker as an `open_teacher` config."""
         tokenizer = self.reranker_tokenizer or (self.reranker_model if self.reranker_serve else "")
         return TeacherConfig(backend=self.reranker_backend, model=self.reranker_model,
-                             base_url=self.reranker_base_url, tokenizer=tokenizer,
-                             serve=self.reranker_serve)  # fmt: skip
+                             base_url=self.reranker_base_url, tokenizer=tokenizer, serve=self.reranker_serve,
+                             gpu_memory_utilization=self.reranker_gpu_memory_utilization)  # fmt: skip
 
 
 @dataclass

@@ -61,6 +61,12 @@ class TeacherConfig:
         default=2048, metadata={"help": "serve: context length of the started server."}
     )
     serve_log: str = field(default="", metadata={"help": "serve: server log file; empty: a temporary file."})
+    gpu_memory_utilization: float = field(
+        default=0.0,
+        metadata={
+            "help": "vllm / serve on a GPU: share of GPU memory the model may take (0: vLLM's default)."
+        },
+    )
     max_logprobs: int = field(
         default=20,
         metadata={
@@ -109,8 +115,13 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
         elif config.backend == "vllm":
             from r3forge.backends.vllm_engine import VLLMEngineConfig  # imports vllm (seconds)
 
+            share = (
+                {"gpu_memory_utilization": config.gpu_memory_utilization}
+                if config.gpu_memory_utilization
+                else {}
+            )
             backend = backends.build_backend(
-                VLLMEngineConfig(model=config.model, max_logprobs=config.max_logprobs)
+                VLLMEngineConfig(model=config.model, max_logprobs=config.max_logprobs, **share)
             )
             tokenizer = load_tokenizer(config.tokenizer or config.model)
         else:
@@ -123,6 +134,7 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
                     max_model_len=config.serve_max_model_len,
                     log_file=config.serve_log,
                     max_logprobs=config.max_logprobs,
+                    gpu_memory_utilization=config.gpu_memory_utilization,
                 )
                 base_url = stack.enter_context(VLLMServer(serve)).base_url
             backend = backends.build_backend(

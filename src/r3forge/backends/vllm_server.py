@@ -62,6 +62,11 @@ class ServeLLMConfig:
     tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs per replica (tensor parallel)."})
     data_parallel_size: int = field(default=1, metadata={"help": "Model replicas behind one endpoint."})
     cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV-cache size on CPU builds (GiB)."})
+    gpu_memory_utilization: float = field(
+        default=0.0,
+        metadata={"help": "GPU builds: share of GPU memory the server may take (0: vLLM's 0.9); lower it to share "
+                  "a GPU (e.g. a reranker beside a colocated GRPO engine)."},
+    )  # fmt: skip
     startup_timeout_s: float = field(default=600.0, metadata={"help": "How long to wait for /health (s)."})
     log_file: str = field(default="", metadata={"help": "Server log (VLLMServer); empty: a temporary file."})
     dry_run: bool = field(default=False, metadata={"help": "Print the command and exit (r3forge serve llm)."})
@@ -111,6 +116,8 @@ def build_command(config: ServeLLMConfig, model_path: str, port: int) -> tuple[l
     if cpu:
         cmd.append("--enforce-eager")
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_gib))
+    elif config.gpu_memory_utilization > 0:
+        cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
     if config.max_model_len or cpu:
         cmd += ["--max-model-len", str(config.max_model_len or 2048)]
     if config.tensor_parallel_size > 1:
