@@ -39,7 +39,8 @@ BIN = Path(sys.executable).parent  # the virtualenv's console scripts: r3forge, 
 # The one fixed set of overrides of the tier. Any key not listed runs as the paper YAML writes it.
 OVERRIDES: dict[str, tuple[str, ...]] = {
     # a Hub model -> the embedded SmolLM2 / MiniLM; a cluster run folder (runs/...) -> the tier's own run of
-    # the upstream config. A served model keeps the YAML's `model` (the name the server serves).
+    # the upstream config (GRPO's policy: the embedded model after the CPU recipe's format warm start). A
+    # served model keeps the YAML's `model` (the name the server serves).
     "model paths": (
         "model_name_or_path",
         "tokenizer",
