@@ -9,7 +9,7 @@ STAMP := $(VENV)/.r3forge-installed
 TORCH_PIN := torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: venv quickstart demo test test-slow test-gpu lint format clean-venv
+.PHONY: venv quickstart demo test test-slow test-paper test-gpu lint format clean-venv
 
 venv: $(STAMP)
 
@@ -34,6 +34,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+# The paper-config tier (tests/paper/README.md): every paper-scale YAML end to end on this CPU with a fixed
+# list of overrides, its header's servers on loopback (~40 min on 2 cores; needs ../shared/data).
+test-paper: $(STAMP)
+	$(PY) -m pytest tests/paper $(PYTEST_ARGS)
 
 # The GPU check (tests/gpu/): bf16 SFT, vLLM CUDA logprob parity, GRPO with TRL's colocated vLLM, the annotation
 # and IGP benchmarks, one summary line each; skipped (exit 0) without CUDA. It needs a CUDA torch and vLLM
