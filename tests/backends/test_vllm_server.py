@@ -36,6 +36,7 @@ def test_cpu_build_command_falls_back_to_the_api_server_module():
         "--served-model-name smollm2-135m-instruct",
         "--dtype float32",
         "--enforce-eager",
+        "--no-enable-chunked-prefill --max-num-batched-tokens 8192",  # seeded sampling: test_vllm_engine.py
     ):
         assert flag in joined
     assert "--generation-config vllm" in joined and "--max-logprobs 20" in joined
@@ -91,6 +92,7 @@ def test_launch_script_dry_run(smollm2_path):
     assert "--port 8124" in command and command.endswith("--max-num-seqs 8")
     if CPU_BUILD:
         assert "--dtype float32 --enforce-eager" in command and "VLLM_CPU_KVCACHE_SPACE=" in command
+        assert "--no-enable-chunked-prefill --max-num-batched-tokens 8192" in command
 
 
 def test_server_that_exits_early_reports_its_log_tail(smollm2_path, tmp_path):

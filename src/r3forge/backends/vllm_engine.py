@@ -25,6 +25,7 @@ from r3forge.backends.base import (
     split_reasoning,
     with_n_choices,
 )
+from r3forge.backends.vllm_server import CPU_STEP_TOKENS
 from r3forge.models import resolve_model
 
 try:  # optional dependency: without it this module still imports (docs, doctest collection)
@@ -65,10 +66,10 @@ def _cpu_scheduling(max_model_len: int) -> dict[str, object]:
     vLLM rewinds the request's torch.Generator with `set_offset`, which CPU generators lack. The closed-book
     filter's 10 seeded samples per question over a few dozen questions did it.
 
-    >>> _cpu_scheduling(8192)
-    {'enable_chunked_prefill': False, 'max_num_batched_tokens': 8192}
+    >>> _cpu_scheduling(2048), _cpu_scheduling(16384)["max_num_batched_tokens"]
+    ({'enable_chunked_prefill': False, 'max_num_batched_tokens': 8192}, 16384)
     """
-    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, CPU_STEP_TOKENS)}
 
 
 class VLLMEngineBackend:

