@@ -23,8 +23,27 @@ def r3forge_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
 def test_help_lists_every_command_with_a_description():
     out = r3forge_cli("--help")
     assert out.returncode == 0
-    for name, (_, desc) in COMMANDS.items():
+    for name, (desc, _) in COMMANDS.items():
         assert f"  {name}" in out.stdout and desc in out.stdout
+
+
+def test_every_command_resolves_to_a_function_in_the_package_that_owns_it():
+    for name, (_, entry) in COMMANDS.items():
+        for spec in [entry] if isinstance(entry, str) else [spec for spec, _ in entry.values()]:
+            module, func = spec.split(":")
+            assert callable(getattr(importlib.import_module(module), func)), f"{name}: {spec}"
+    assert COMMANDS["data"][1]["filter-closed-book"][0].startswith("r3forge.agent.")
+    assert COMMANDS["annotate"][1]["qream"][0].startswith("r3forge.qream.")
+
+
+def test_help_imports_no_torch():
+    code = (
+        "import sys; from r3forge.cli import main; main(['--help']); main(['eval', '--help']); "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "False False"
 
 
 def test_unknown_command_and_flag_are_clear_errors(capsys):
@@ -34,6 +53,8 @@ def test_unknown_command_and_flag_are_clear_errors(capsys):
     assert "unknown flag '--sed' (did you mean '--seed'?)" in capsys.readouterr().err
     assert main(["data", "show", "--path", "/no/such/file.jsonl"]) == 1
     assert "no such data file: /no/such/file.jsonl" in capsys.readouterr().err
+    assert main(["eval", "ragg"]) == 2
+    assert "unknown subcommand 'ragg'" in capsys.readouterr().err
 
 
 def test_subcommand_help():

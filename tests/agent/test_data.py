@@ -8,7 +8,7 @@ from r3forge.agent.data import FilterConfig, filter_closed_book, hops, is_heldou
 from r3forge.agent.env import EnvConfig, SearchConfig
 from r3forge.agent.reward import parse_completion
 from r3forge.agent.warmstart import WarmstartArgs, write_warmstart
-from r3forge.annotate.teacher import TeacherConfig
+from r3forge.backends.open import LLMConfig
 
 
 def test_split_is_disjoint_and_complete(world):
@@ -49,7 +49,7 @@ def test_closed_book_filter_drops_answered_keeps_yes_no(smollm2_path, tmp_path):
     qa.write_text(
         "".join(json.dumps({"id": i, "question": q, "golden_answers": a}) + "\n" for i, q, a in rows)
     )
-    teacher = TeacherConfig(backend="hf", model=str(smollm2_path))
+    teacher = LLMConfig(backend="hf", model=str(smollm2_path))
     common = dict(qa_path=str(qa), samples=4, max_tokens=8, seed=0)
     marked = filter_closed_book(
         FilterConfig(output=str(tmp_path / "m.jsonl"), mode="mark", **common), teacher

@@ -16,9 +16,10 @@ from trl import GRPOConfig, GRPOTrainer
 from r3forge.agent.config import PAPER_DEFAULTS
 from r3forge.agent.data import load_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
-from r3forge.agent.grpo import AgentRollout, main, parse, reward_summary
+from r3forge.agent.grpo import AgentRollout, parse, reward_summary
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
+from r3forge.recipes.grpo import main
 from r3forge.retrieval import load_retriever
 
 

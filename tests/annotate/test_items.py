@@ -8,8 +8,8 @@ from pathlib import Path
 import datasets
 import pytest
 
-from r3forge.annotate.cli import main as annotate_cli
 from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
+from r3forge.cli import run_command
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.retrieval import build_bm25_index, load_retriever
@@ -72,7 +72,7 @@ def test_cli_dry_run_with_retrieval_pairing(shared_data, index, smollm2_path, tm
     argv = ["verbal", "--qa_path", str(qa_path), "--pairing", "retrieval", "--index", str(index)]
     argv += ["--top_n", "4", "--max_questions", "5", "--output_dir", str(tmp_path / "out"), "--dry_run"]
     argv += ["--max_tokens", "50", "--few_shot"]
-    assert annotate_cli(argv) == 0
+    assert run_command("annotate", argv) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "20 items" in line and "20 requests" in line and "<= 1000 completion tokens" in line
     assert not (tmp_path / "out").exists()  # a dry run writes nothing

@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from r3forge.annotate.cli import main as annotate_cli
-from r3forge.annotate.teacher import TeacherConfig
+from r3forge.backends.open import LLMConfig
+from r3forge.cli import main, run_command
 from r3forge.errors import ConfigError
 from r3forge.synth.store import SynthError
 
@@ -20,15 +20,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_serve_needs_the_openai_backend() -> None:
     with pytest.raises(ConfigError, match="serve: true needs backend: openai"):
-        TeacherConfig(backend="hf", serve=True)
+        LLMConfig(backend="hf", serve=True)
 
 
 def test_unknown_subcommand_and_help(capsys) -> None:
-    assert annotate_cli(["--help"]) == 0
+    assert main(["annotate", "--help"]) == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in ("verbal", "judge", "paraphrase", "report", "export-sft"))
-    with pytest.raises(ConfigError, match="unknown subcommand"):
-        annotate_cli(["verbl"])
+    assert all(name in out for name in ("verbal", "judge", "paraphrase", "qream", "report", "export-sft"))
+    assert main(["annotate", "verbl"]) == 2
+    assert "unknown subcommand 'verbl'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="unknown subcommand 'annotate verbl'"):
+        run_command("annotate", ["verbl"])
 
 
 @pytest.mark.slow
@@ -45,7 +47,7 @@ def test_cpu_recipe_starts_and_stops_its_server(shared_data, smollm2_path, tmp_p
     ]
     argv += ["--max_questions", "2", "--max_docs_per_question", "3", "--output_dir", str(tmp_path / "out")]
     argv += ["--serve_log", str(log)]
-    assert annotate_cli(argv) == 0
+    assert run_command("annotate", argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["processed"] == 6
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -88,11 +90,11 @@ def test_a_second_checkpoint_named_final_is_not_served_the_first_ones_records(
     base = ["verbal", "--qa_path", str(qa), "--pairing", "own", "--max_docs_per_question", "2", "--backend", "hf",
             "--max_tokens", "8", "--output_dir", str(out), "--progress", "false"]  # fmt: skip
     a, b = two_checkpoints
-    assert annotate_cli([*base, "--model", str(a)]) == 0
+    assert run_command("annotate", [*base, "--model", str(a)]) == 0
     first = json.loads((out / "manifest.json").read_text())["model"]
     assert first.startswith("final@")
     with pytest.raises(SynthError, match=rf"model: '{first}' there vs 'final@[0-9a-f]{{12}}'"):
-        annotate_cli([*base, "--model", str(b)])
-    assert annotate_cli([*base, "--model", str(b), "--output_dir", str(tmp_path / "out_b")]) == 0
+        run_command("annotate", [*base, "--model", str(b)])
+    assert run_command("annotate", [*base, "--model", str(b), "--output_dir", str(tmp_path / "out_b")]) == 0
     second = json.loads((tmp_path / "out_b" / "manifest.json").read_text())["model"]
     assert second.startswith("final@") and second != first

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.cli import main as annotate_cli
 from r3forge.annotate.jobs import JUDGE_CONFIGS
 from r3forge.annotate.judge import REASONS, JudgeStep, approvals, p_yes, parse_verdict
 from r3forge.annotate.verbal import load_template
+from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.synth import Rejected, load_accepted, load_rejected
 from r3forge.synth.store import ShardSpec, ShardStore
@@ -83,7 +83,7 @@ def test_judge_run_and_export_keeps_approved(smollm2_path, tmp_path, capsys) -> 
         "--prefill",
         "Verdict:",
     ]
-    assert annotate_cli(argv) == 0
+    assert run_command("annotate", argv) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out.strip().splitlines()[-1])
     assert summary["processed"] == 4
@@ -111,7 +111,10 @@ def test_export_keeps_only_approved(tmp_path, capsys) -> None:
     assert approvals(str(tmp_path / "judge")) == verdicts
     sft = tmp_path / "sft"
     argv = ["export-sft", "--input_dir", str(tmp_path / "ann"), "--output_dir", str(sft)]
-    assert annotate_cli([*argv, "--judge_dir", str(tmp_path / "judge"), "--validation_fraction", "0"]) == 0
+    assert (
+        run_command("annotate", [*argv, "--judge_dir", str(tmp_path / "judge"), "--validation_fraction", "0"])
+        == 0
+    )
     rows = [json.loads(line) for line in (sft / "train.jsonl").read_text().splitlines()]
     assert sorted(r["doc_id"] for r in rows) == ["d0", "d2"]
     assert "2 approved, 1 not approved, 1 not judged" in capsys.readouterr().err

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.cli import main as annotate_cli
 from r3forge.annotate.jobs import PARAPHRASE_CONFIGS
 from r3forge.annotate.paraphrase import REASONS, ParaphraseChecks, ParaphraseStep, check_paraphrase
 from r3forge.backends import HFLocalBackend, HFLocalConfig
 from r3forge.backends.base import Choice, GenerationResult, Usage
+from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.synth import EngineConfig, Rejected, load_accepted, run_step
 
@@ -69,7 +69,7 @@ def test_real_run_one_record_per_document(smollm2_path: Path, tmp_path: Path, ca
         assert record["paraphrase"] and record["doc_id"] in ("d0", "d1")
     assert summary.accepted >= 1  # greedy on this model: the Apollo paragraph is rewritten, Eiffel copied
     argv = ["export-sft", "--input_dir", str(tmp_path / "para"), "--output_dir", str(tmp_path / "sft")]
-    assert annotate_cli([*argv, "--validation_fraction", "0"]) == 0
+    assert run_command("annotate", [*argv, "--validation_fraction", "0"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "sft" / "train.jsonl").read_text().splitlines()]
     assert len(rows) == summary.accepted
     assert all(r["completion"][0]["content"].startswith("Paraphrase: ") for r in rows)

@@ -9,9 +9,9 @@ from pathlib import Path
 import datasets
 import pytest
 
-from r3forge.annotate.cli import main as annotate_cli
 from r3forge.annotate.rules import rule_annotations, rule_label, sentences
 from r3forge.annotate.verbal import load_template, parse_annotation, render
+from r3forge.cli import run_command
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 
@@ -64,7 +64,7 @@ def test_hotpotqa_export(shared_data: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "rules"
     qa = shared_data / "hotpotqa" / "rpt_distractor_dev_sample_train.jsonl"
     argv = ["rules", "--qa_path", str(qa), "--max_questions", "40", "--output_dir", str(out)]
-    assert annotate_cli(argv) == 0
+    assert run_command("annotate", argv) == 0
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     records = list(load_qa(qa))[:40]
     pairs = {(r["id"], p["id"]) for r in records for p in r["passages"]}
@@ -81,11 +81,11 @@ def test_hotpotqa_export(shared_data: Path, tmp_path: Path, capsys) -> None:
         assert parsed.score == row["score"]
         assert (row["relevance"] > 0) == (row["score"] >= 4)
     with pytest.raises(ConfigError, match="not empty"):
-        annotate_cli(argv)  # nothing a run wrote is overwritten without --overwrite
+        run_command("annotate", argv)  # nothing a run wrote is overwritten without --overwrite
 
     # an evaluation-only set: every question in train, an empty validation split
     argv = ["rules", "--qa_path", str(qa), "--max_questions", "3", "--validation_fraction", "0"]
-    assert annotate_cli([*argv, "--output_dir", str(tmp_path / "all")]) == 0
+    assert run_command("annotate", [*argv, "--output_dir", str(tmp_path / "all")]) == 0
     dsd = datasets.load_from_disk(str(tmp_path / "all"))
     assert len(dsd["train"]) == len({(r["id"], p["id"]) for r in records[:3] for p in r["passages"]})
     assert "validation" not in dsd  # an empty split is not written (datasets cannot load one back)

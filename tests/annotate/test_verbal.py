@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.cli import main as annotate_cli
 from r3forge.annotate.items import qa_items
 from r3forge.annotate.jobs import VERBAL_CONFIGS
 from r3forge.annotate.verbal import (
@@ -24,6 +23,7 @@ from r3forge.annotate.verbal import (
     score_token_index,
 )
 from r3forge.backends.base import Choice, GenerationResult, Usage
+from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.errors import ConfigError
 from r3forge.synth import EngineConfig, Rejected, load_accepted, load_rejected, run_step
@@ -222,11 +222,11 @@ def test_cli_annotate_then_export(shared_data: Path, smollm2_path: Path, tmp_pat
     out, sft = tmp_path / "annotations", tmp_path / "sft"
     argv = ["verbal", "--qa_path", str(qa), "--output_dir", str(out), "--max_questions", "2"]
     argv += ["--max_docs_per_question", "1", "--few_shot", "--max_tokens", "48"]
-    assert annotate_cli(argv) == 0
+    assert run_command("annotate", argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["accepted"] + summary["rejected"] == 2
     assert summary["accepted"] >= 1  # greedy with the few-shot demos: both pairs parse on this model
-    assert annotate_cli(["export-sft", "--input_dir", str(out), "--output_dir", str(sft)]) == 0
+    assert run_command("annotate", ["export-sft", "--input_dir", str(out), "--output_dir", str(sft)]) == 0
     rows = [json.loads(line) for p in sft.glob("*.jsonl") for line in p.read_text().splitlines()]
     assert len(rows) == summary["accepted"]
     assert all(r["completion"][0]["content"].rstrip()[-1] in "12345" for r in rows)

@@ -5,7 +5,7 @@
 
 Baseline ("TRL defaults"): `SFTTrainer` with `SFTConfig` defaults (gradient checkpointing on, random
 sampling), changed only where a CPU run needs it (bf16 off) and where the comparison needs equality (batch
-size, accumulation, learning rate, epochs, max length, seed). Recipe: `r3forge.sft.recipe.main` with
+size, accumulation, learning rate, epochs, max length, seed). Recipe: `r3forge.recipes.sft.main` (recipes/sft.py) with
 the CPU config's speed settings (no gradient checkpointing: there is no memory to save on a 135M model;
 length-grouped batches: less padding). Both train the embedded model for one epoch over the same rows.
 
@@ -31,8 +31,8 @@ from trl import SFTConfig, SFTTrainer
 
 from r3forge.config import parse_config
 from r3forge.models import prepare_model
+from r3forge.recipes.sft import main as recipe_main
 from r3forge.sft.config import SFT_CONFIGS
-from r3forge.sft.recipe import main as recipe_main
 
 COMMON = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "learning_rate": 5e-5,
           "num_train_epochs": 1, "max_length": 768, "seed": 42, "logging_steps": 1}  # fmt: skip

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from r3forge.annotate.items import gold_relevance
-from r3forge.data.cli import PoolConfig, main, pool
+from r3forge.cli import run_command
+from r3forge.data.cli import PoolConfig, pool
 from r3forge.data.loaders import load_corpus, load_qa
 from r3forge.errors import ConfigError
 
@@ -53,7 +54,7 @@ def test_pool_errors(tmp_path: Path):
     with pytest.raises(ConfigError, match="no record carries passages"):
         pool(PoolConfig(qa_path=str(qa), output=str(tmp_path / "c.jsonl")))
     with pytest.raises(SystemExit):  # argparse names the missing --output
-        main(["pool", "--qa_path", str(qa)])
+        run_command("data", ["pool", "--qa_path", str(qa)])
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "hipporag/popqa.json").is_file(), reason="needs ../shared/data")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.teacher import TeacherConfig, open_teacher
+from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag.config import EvalRagConfig, RerankModelsConfig
@@ -71,7 +71,7 @@ def test_config_errors_name_the_key(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("qa_path: x.jsonl\nthreshold: 0.1\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:2: unknown key 'threshold'"):
-        parse_config((EvalRagConfig, RerankModelsConfig, TeacherConfig), ["--config", str(bad)])
+        parse_config((EvalRagConfig, RerankModelsConfig, LLMConfig), ["--config", str(bad)])
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def run_args(qa: Path, out: Path, smollm2_path: Path, *extra: str) -> list[str]:
 def test_eval_rag_end_to_end_and_rerun(world_qa: Path, smollm2_path: Path, tmp_path: Path):
     out = tmp_path / "run"
     args = run_args(world_qa, out, smollm2_path, "--max_questions", "2")
-    result = eval_main(*parse_config((EvalRagConfig, RerankModelsConfig, TeacherConfig), args))
+    result = eval_main(*parse_config((EvalRagConfig, RerankModelsConfig, LLMConfig), args))
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     # 2 questions x (none, ig: 2 M each; igp, igp_set: 2 M x 2 T_p)
     assert len(rows) == len(result["rows"]) == 2 * (2 + 2 + 4 + 4)
@@ -131,7 +131,7 @@ def test_eval_rag_end_to_end_and_rerun(world_qa: Path, smollm2_path: Path, tmp_p
     (probes,) = (out / "rerank").glob("ig-*.jsonl")
     before = probes.read_text().splitlines()
     assert len(before) == 2
-    eval_main(*parse_config((EvalRagConfig, RerankModelsConfig, TeacherConfig),
+    eval_main(*parse_config((EvalRagConfig, RerankModelsConfig, LLMConfig),
                             run_args(world_qa, out, smollm2_path, "--thresholds", "0.0", "0.05", "0.1")))  # fmt: skip
     after = probes.read_text().splitlines()
     assert after[:2] == before and len(after) == 3
@@ -186,7 +186,7 @@ def test_paper_igp_config_probes_k128_over_http(vllm_server, smollm2_path: Path)
     config, _, generator_cfg, _ = parse_config(EVAL_CONFIGS, argv)
     assert (config.probe_k, generator_cfg.backend) == (128, "openai")
     probe = ProbeConfig(k=config.probe_k, max_steps=3)
-    with open_teacher(prober_config(config, generator_cfg)) as generator:
+    with open_llm(prober_config(config, generator_cfg)) as generator:
         (gain,) = probe_gains(
             generator.backend, ["Who wrote Hamlet?"], [["Hamlet is by Shakespeare."]], probe, {}
         )
@@ -205,7 +205,7 @@ def test_two_checkpoints_named_final_get_their_own_probes_and_answers(
         args = run_args(
             world_qa, out, final, "--max_questions", "1", "--methods", "none", "ig", "--top_m", "1"
         )
-        eval_main(*parse_config((EvalRagConfig, RerankModelsConfig, TeacherConfig), args))
+        eval_main(*parse_config((EvalRagConfig, RerankModelsConfig, LLMConfig), args))
         runs.append(
             {(r["method"], r["question_id"]): r for r in map(json.loads, (out / "rows.jsonl").open())}
         )

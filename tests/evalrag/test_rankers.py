@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from r3forge.annotate.teacher import Teacher
+from r3forge.backends.open import LLM
 from r3forge.evalrag.config import EvalRagConfig, RerankModelsConfig
 from r3forge.evalrag.rankers import fingerprint
 
-GENERATOR = Teacher(backend=None, tokenizer=None, model_id="smollm2-135m-instruct")
+GENERATOR = LLM(backend=None, tokenizer=None, model_id="smollm2-135m-instruct")
 
 
 def test_fingerprint_follows_each_methods_own_model():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.cli import main as annotate_cli
-from r3forge.annotate.teacher import TeacherConfig
+from r3forge.backends.open import LLMConfig
+from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.errors import ConfigError
 from r3forge.qream.pipeline import QREAM_CONFIGS, QreamModelsConfig, role
@@ -20,7 +20,7 @@ from r3forge.qream.select import hard_filter
 
 
 def test_roles_default_to_the_rewriter() -> None:
-    teacher = TeacherConfig(backend="openai", model="m", base_url="http://a/v1", serve=True)
+    teacher = LLMConfig(backend="openai", model="m", base_url="http://a/v1", serve=True)
     assert role(teacher, QreamModelsConfig(), "reader") is teacher
     judge = role(teacher, QreamModelsConfig(judge_model="j", judge_base_url="http://b/v1"), "judge")
     assert (judge.model, judge.base_url, judge.serve) == ("j", "http://b/v1", False)
@@ -37,7 +37,7 @@ def qream_run(vllm_server, shared_data: Path, smollm2_path: Path, tmp_path_facto
     argv += ["--backend", "openai", "--base_url", vllm_server.base_url, "--model", vllm_server.model_name]
     argv += ["--tokenizer", str(smollm2_path), "--output_dir", str(out), "--batch_size", "16"]
     argv += ["--concurrency", "2", "--progress", "false"]
-    assert annotate_cli(argv) == 0
+    assert run_command("annotate", argv) == 0
     return argv, out
 
 
@@ -67,7 +67,7 @@ def test_rerun_resumes_with_the_same_outputs(qream_run, capsys) -> None:
     argv, out = qream_run
     before = (out / "candidates.jsonl").read_text()
     capsys.readouterr()
-    assert annotate_cli(argv) == 0
+    assert run_command("annotate", argv) == 0
     err = capsys.readouterr().err
     assert "0 pending" in err and " pending;" not in err.replace("0 pending", "")  # every stage: all cached
     assert (out / "candidates.jsonl").read_text() == before
@@ -79,7 +79,12 @@ def test_lexical_fact_judge_reuses_every_model_stage(qream_run, tmp_path, capsys
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("fact_judge"))
     argv = [*argv[: argv.index("--output_dir") + 1], str(copy), *argv[argv.index("--output_dir") + 2 :]]
     capsys.readouterr()
-    assert annotate_cli([*argv, "--fact_judge", "lexical", "--lexical_threshold", "0.5", "--echo_guard"]) == 0
+    assert (
+        run_command(
+            "annotate", [*argv, "--fact_judge", "lexical", "--lexical_threshold", "0.5", "--echo_guard"]
+        )
+        == 0
+    )
     assert "0 pending" in capsys.readouterr().err and not (copy / "fact_judge").exists()
     report = json.loads((copy / "report.json").read_text())
     assert report["fact_judge"] == "lexical" and report["echo_guard"] is True
@@ -87,9 +92,9 @@ def test_lexical_fact_judge_reuses_every_model_stage(qream_run, tmp_path, capsys
         assert r["supported"] == [lexical_support(f, r["raw"], 0.5) for f in r["facts"]]
         assert r["passes"] == hard_filter(r["answer"] or "", r["answers"], r["question"])
     with pytest.raises(ConfigError, match="lexical_threshold"):
-        annotate_cli([*argv, "--fact_judge", "lexical", "--lexical_threshold", "2"])
+        run_command("annotate", [*argv, "--fact_judge", "lexical", "--lexical_threshold", "2"])
 
 
 def test_dry_run_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="dry_run"):
-        annotate_cli(["qream", "--qa_path", "x", "--output_dir", str(tmp_path), "--dry_run"])
+        run_command("annotate", ["qream", "--qa_path", "x", "--output_dir", str(tmp_path), "--dry_run"])

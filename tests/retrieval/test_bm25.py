@@ -11,6 +11,7 @@ import datasets
 import numpy as np
 import pytest
 
+from r3forge.cli import run_command
 from r3forge.data.loaders import load_corpus, load_qa
 from r3forge.data.records import PASSAGE_FEATURES
 from r3forge.errors import ConfigError
@@ -26,7 +27,6 @@ from r3forge.retrieval import (
     read_manifest,
 )
 from r3forge.retrieval.base import passage_text
-from r3forge.retrieval.cli import main as index_main
 
 WIKI_GLOB = "wiki_paragraphs/hotpot_dev_distractor_paragraphs.part0*.jsonl"
 
@@ -205,11 +205,11 @@ def test_cli_build_with_yaml_config(tmp_path: Path, shared_data: Path, capsys: p
         f"corpus: [{shared_data / 'flashrag/sample_data.jsonl'}]\nkind: bm25\nstemmer: none\nk1: 0.9\n"
     )
     out = tmp_path / "flashrag-bm25"
-    assert index_main(["build", "--config", str(config), "--output", str(out), "--b", "0.4"]) == 0
+    assert run_command("index", ["build", "--config", str(config), "--output", str(out), "--b", "0.4"]) == 0
     assert "bm25 index of 1000 passages" in capsys.readouterr().out
     params = read_manifest(out).params
     assert (params["stemmer"], params["k1"], params["b"]) == ("none", 0.9, 0.4)
-    assert index_main(["search", "--index", str(out), "--queries", "Hamlet", "--k", "2"]) == 0
+    assert run_command("index", ["search", "--index", str(out), "--queries", "Hamlet", "--k", "2"]) == 0
     assert "# Hamlet" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="unknown flag '--stemer'"):
-        index_main(["build", "--corpus", "x", "--output", str(out), "--stemer", "none"])
+        run_command("index", ["build", "--corpus", "x", "--output", str(out), "--stemer", "none"])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
+from r3forge.cli import run_command
 from r3forge.data.loaders import load_corpus, load_qa
 from r3forge.retrieval import (
     BM25Retriever,
@@ -25,7 +26,6 @@ from r3forge.retrieval import (
     read_manifest,
 )
 from r3forge.retrieval.base import passage_text
-from r3forge.retrieval.cli import main as index_main
 from r3forge.retrieval.dense import EMBEDDINGS_FILE
 
 WIKI_GLOB = "wiki_paragraphs/hotpot_dev_distractor_paragraphs.part0*.jsonl"
@@ -163,7 +163,7 @@ def test_cli_builds_hnsw_from_saved_embeddings(flat_index: Path, tmp_path: Path,
     out = tmp_path / "cli-hnsw"
     argv = ["build", "--corpus", str(corpus), "--kind", "dense", "--index_type", "hnsw", "--output", str(out)]
     argv += ["--max_seq_length", str(MAX_LEN), "--embeddings_from", str(flat_index)]
-    assert index_main(argv) == 0
+    assert run_command("index", argv) == 0
     assert read_manifest(out).params["hnsw_m"] == 32 and read_manifest(out).corpus_path == str(corpus)
 
 

@@ -45,7 +45,7 @@ from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.sft.config import SFT_CONFIGS
-from r3forge.sft.recipe import check_deepspeed_launch
+from r3forge.sft.train import check_deepspeed_launch
 
 REPO = Path(__file__).resolve().parents[2]
 ACCEL = REPO / "configs" / "accelerate"

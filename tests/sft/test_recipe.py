@@ -15,9 +15,9 @@ from trl import SFTTrainer
 
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
+from r3forge.recipes.sft import main
 from r3forge.release.export import export_run
 from r3forge.sft.config import SFT_CONFIGS
-from r3forge.sft.recipe import main
 
 ROWS = [
     {"prompt": [{"role": "user", "content": f"Is document {i} about question {i}?"}],

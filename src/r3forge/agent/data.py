@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from r3forge.agent.reward import answerable
-from r3forge.annotate.teacher import TeacherConfig, open_teacher
 from r3forge.backends.base import GenerationRequest
+from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import exact_match, normalize_answer
@@ -134,13 +134,13 @@ class FilterConfig:
     )
 
 
-def filter_closed_book(config: FilterConfig, teacher: TeacherConfig) -> dict[str, Any]:
-    """Sample closed-book answers from the base generator (`teacher` fields: backend, model, ...) and write
+def filter_closed_book(config: FilterConfig, generator: LLMConfig) -> dict[str, Any]:
+    """Sample closed-book answers from the base generator (`generator` fields: backend, model, ...) and write
     the questions it never answers (plus every yes/no question); returns the counts."""
     ds = load_qa(config.qa_path, format=config.qa_format)
     records = list(ds.select(range(min(config.max_questions, len(ds))))) if config.max_questions else list(ds)
     kept, dropped, exempt = [], 0, 0
-    with open_teacher(teacher) as model:
+    with open_llm(generator) as model:
         for start in range(0, len(records), config.batch_size):
             chunk = records[start : start + config.batch_size]
             requests = [GenerationRequest(messages=[{"role": "user", "content": CLOSED_BOOK.format(question=r["question"])}],

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from r3forge.agent.reward import neutralize_tags
-from r3forge.annotate.teacher import TeacherConfig, open_teacher
+from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.errors import ConfigError
 from r3forge.rerank.base import Reranker, RerankOutput, order, to_candidates
 from r3forge.rerank.verbal import VerbalConfig, VerbalReranker
@@ -106,10 +106,10 @@ class SearchConfig:
         if bool(self.index) == bool(self.retriever_url):
             raise ConfigError("set exactly one of `index` (a saved index folder) or `retriever_url`")
 
-    def reranker(self) -> TeacherConfig:
-        """The reranker as an `open_teacher` config."""
+    def reranker(self) -> LLMConfig:
+        """The reranker as an `open_llm` config."""
         tokenizer = self.reranker_tokenizer or (self.reranker_model if self.reranker_serve else "")
-        return TeacherConfig(backend=self.reranker_backend, model=self.reranker_model,
+        return LLMConfig(backend=self.reranker_backend, model=self.reranker_model,
                              base_url=self.reranker_base_url, tokenizer=tokenizer, serve=self.reranker_serve,
                              gpu_memory_utilization=self.reranker_gpu_memory_utilization)  # fmt: skip
 
@@ -266,7 +266,7 @@ def open_env(stack: ExitStack, search: SearchConfig, config: EnvConfig) -> Searc
         retriever = stack.enter_context(RetrieverClient(search.retriever_url))
     reranker = None
     if config.observation == "verbal":
-        teacher = stack.enter_context(open_teacher(search.reranker()))
+        reranker_llm = stack.enter_context(open_llm(search.reranker()))
         verbal = VerbalConfig(max_tokens=search.reranker_max_tokens)
-        reranker = VerbalReranker(teacher.backend, teacher.tokenizer, verbal)
+        reranker = VerbalReranker(reranker_llm.backend, reranker_llm.tokenizer, verbal)
     return SearchEnv(retriever, reranker, config)

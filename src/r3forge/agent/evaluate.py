@@ -28,8 +28,7 @@ from r3forge.agent.data import load_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.reward import answer_reward_one, parse_completion
 from r3forge.agent.rollout import HFPolicy, Policy, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
-from r3forge.config import parse_config, save_config
-from r3forge.errors import ConfigError
+from r3forge.config import save_config
 from r3forge.metrics.qa import answer_in_text, exact_match, f1_score
 from r3forge.models import resolve_model
 from r3forge.sft.run import write_json, write_jsonl
@@ -161,11 +160,3 @@ def main(
 
 
 EVAL_AGENT_CONFIGS = (EvalAgentConfig, SearchConfig, EnvConfig, RolloutConfig)
-
-
-def cli(argv: list[str]) -> int:
-    configs = parse_config(EVAL_AGENT_CONFIGS, argv, prog="r3forge eval agent")
-    if configs[0].temperature < 0:
-        raise ConfigError("temperature must be >= 0")
-    main(*configs)
-    return 0

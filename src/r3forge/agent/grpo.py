@@ -1,52 +1,28 @@
-"""GRPO recipe for the search agent: TRL's `GRPOTrainer` with a multi-turn `rollout_func`.
-
-    r3forge grpo --config configs/grpo/agent_world_cpu.yaml
-    accelerate launch --config_file configs/accelerate/zero3.yaml -m r3forge.agent.grpo \\
-        --config configs/grpo/agent_qwen2.5-3b.yaml
-
-Each training batch's prompts are rolled out by `rollout.run_rollouts` (search -> retriever -> verbal
-reranker -> <information> -> ... -> <answer>) and handed to TRL as prompt_ids, completion_ids, the sampling
-logprobs and `env_mask` (1 = sampled by the policy). TRL multiplies its completion mask by `env_mask`, so
-observation, reranker-comment and correction tokens contribute nothing to the loss, the KL or the entropy;
-everything else (clipped objective, k3 KL to the reference, group-normalized advantages, logging,
-accelerate / DeepSpeed) is TRL's own. Generation inside the rollout: transformers `generate` with the live
-policy (CPU, or GPUs without vLLM), or TRL's colocated vLLM engine (`use_vllm: true, vllm_mode: colocate`;
-TRL syncs its weights before each rollout).
-
-Rewards: `reward.answer_reward` (EM + format, weight 1) and `reward.format_reward` (weight 0: logged only).
-Logged per step besides TRL's metrics: agent/masked_fraction (completion tokens not sampled by the policy),
-agent/searches, agent/invalid_turns, agent/truncated, agent/answered, agent/dedup_saved (share of the
-turn's queries that dedup spared the retriever and reranker).
-Run folder: run.json, config.yaml, metrics.jsonl, rollouts.jsonl, final/ (weights + tokenizer),
-final_metrics.json (with the mean reward of the first and last 10 steps).
+"""The parts `recipes/grpo.py` is built from (the recipe itself reads top to bottom there): TRL's
+`rollout_func` for multi-turn search rollouts (`AgentRollout`), the colocated engine's sleep handling
+(`awake`), the TRL check, the reward summary and the config parser with the paper's defaults.
 """
 
 from __future__ import annotations
 
 import inspect
+import runpy
 import json
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import datasets
 import trl
-from transformers import set_seed
-from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
+from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED, AgentScriptArguments
-from r3forge.agent.data import load_rows
-from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv, open_env
-from r3forge.agent.reward import answer_reward, format_reward
+from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED
+from r3forge.agent.env import SearchEnv
 from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
-from r3forge.config import parse_config, save_config
+from r3forge.config import parse_config
 from r3forge.errors import ConfigError
-from r3forge.sft.recipe import load_model
-from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info, write_json
 
 
 def rollout_row(r: Rollout, tokenizer: Any, step: int) -> dict[str, Any]:
@@ -171,54 +147,10 @@ def check_trl() -> None:
                           f"<= {TRL_TESTED} (pip install 'trl>=1.10,<={TRL_TESTED}.99')")  # fmt: skip
 
 
-def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConfig, rollout: RolloutConfig,
-         model_args: ModelConfig, training: GRPOConfig) -> dict[str, Any]:  # fmt: skip
-    """Train, save `final/` and the run files; returns the final metrics."""
-    check_trl()
-    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite)
-    out = Path(training.output_dir)
-    set_seed(training.seed)
-    if training.max_completion_length is None:
-        raise ConfigError("max_completion_length: set the token budget of a whole rollout")
-    rows = load_rows(script.dataset, "train", script.heldout_fraction, env_config.observation,
-                     script.max_train_questions, script.qa_format, script.example)  # fmt: skip
-    train = datasets.Dataset.from_list(rows)
-
-    base, model, tokenizer = load_model(model_args, training)
-    if training.reward_weights is None:
-        training.reward_weights = [1.0, 0.0]  # answer_reward trains; format_reward is logged only
-    with ExitStack() as stack:
-        env = open_env(stack, search, env_config)
-        out.mkdir(parents=True, exist_ok=True)
-        rollout_func = AgentRollout(env, tokenizer, rollout, script.policy_batch_size,
-                                    out / "rollouts.jsonl" if script.save_rollouts else None)  # fmt: skip
-        trainer = GRPOTrainer(model=model, reward_funcs=[answer_reward, format_reward], args=training,
-                              train_dataset=train, processing_class=tokenizer,
-                              peft_config=get_peft_config(model_args), rollout_func=rollout_func)  # fmt: skip
-        if trainer.is_world_process_zero():
-            save_config((script, search, env_config, rollout, model_args, training), out / "config.yaml")
-            info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
-            write_json(out / "run.json", info)
-        trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))
-        result = trainer.train(resume_from_checkpoint=resume)
-        metrics: dict[str, Any] = dict(result.metrics) | reward_summary(trainer.state.log_history)
-        metrics["env"] = env.counters.as_dict()
-    trainer.save_model(str(out / "final"))
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(out / "final"))
-        write_json(out / "final_metrics.json", metrics)
-        write_json(out / "run.json", info | {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    return metrics
-
-
 def parse(argv: list[str], prog: str) -> tuple[Any, ...]:
+    """The recipe's configs from `--config` and flags, over the paper's GRPO settings (`PAPER_DEFAULTS`)."""
     return parse_config(GRPO_CONFIGS, argv, prog=prog, defaults=PAPER_DEFAULTS)
 
 
-def cli(argv: list[str] | None = None) -> int:
-    main(*parse(sys.argv[1:] if argv is None else argv, "r3forge grpo"))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(cli())
+if __name__ == "__main__":  # `accelerate launch -m r3forge.agent.grpo`: the recipe, recipes/grpo.py
+    runpy.run_module("r3forge.recipes.grpo", run_name="__main__", alter_sys=True)

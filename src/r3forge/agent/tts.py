@@ -37,7 +37,7 @@ from r3forge.agent.env import EnvConfig, EnvCounters, SearchConfig, SearchEnv, o
 from r3forge.agent.evaluate import EvalAgentConfig, open_policy
 from r3forge.agent.reward import parse_completion
 from r3forge.agent.rollout import Encoder, Policy, RolloutConfig, encode_prompt, run_rollouts, turn_action
-from r3forge.config import parse_config, save_config
+from r3forge.config import save_config
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import exact_match, f1_score, normalize_answer
 from r3forge.sft.run import write_json, write_jsonl
@@ -218,7 +218,4 @@ def write_results(out: Path, summary: dict[str, Any], results: dict[str, list[di
     write_json(out / "summary.json", summary)
 
 
-def cli(argv: list[str]) -> int:
-    main(*parse_config((EvalAgentConfig, TTSConfig, SearchConfig, EnvConfig, RolloutConfig), argv,
-                       prog="r3forge eval tts"))  # fmt: skip
-    return 0
+TTS_CONFIGS = (EvalAgentConfig, TTSConfig, SearchConfig, EnvConfig, RolloutConfig)

@@ -5,8 +5,8 @@
 * `verbal`: `VerbalAnnotationStep` (a `r3forge.synth` step), `parse_annotation`;
 * `judge`: `JudgeStep`, a second model approving annotations; `paraphrase`: `ParaphraseStep`, the
   paraphrased-context baseline;
+* the teacher and judge open through `r3forge.backends.open` (`LLMConfig`, `open_llm`);
 * `items`: (question, document) pairs: `qa_items` (own passages), `retrieved_items` (a retriever's top-n);
-* `teacher`: `TeacherConfig` + `open_teacher` (any backend; can start `vllm serve` for the job);
 * `jobs`: the `r3forge annotate verbal|judge|paraphrase` configs and mains;
 * `report`: acceptance, score distribution, NDCG@k of teacher scores vs gold (`annotation_report`);
 * `export`: accepted annotations -> prompt/completion chat `DatasetDict` (`ExportSFTConfig`, `export_sft`).
@@ -34,8 +34,6 @@ _EXPORTS = {
     "paraphrase_main": "jobs",
     "JudgeStep": "judge",
     "ParaphraseStep": "paraphrase",
-    "TeacherConfig": "teacher",
-    "open_teacher": "teacher",
     "retrieved_items": "items",
     "annotation_report": "report",
     "VerbalAnnotationStep": "verbal",

@@ -6,7 +6,7 @@
     r3forge annotate paraphrase --config configs/annotate/paraphrase_hotpotqa_cpu.yaml
 
 Each job's flags (and YAML keys, in one flat file) come from several config classes: which pairs
-(`PairsConfig`), the step's own settings, the teacher (`TeacherConfig`), the run (`RunConfig`: output folder,
+(`PairsConfig`), the step's own settings, the teacher (`LLMConfig`), the run (`RunConfig`: output folder,
 batching, `--shard i/N`, `--dry_run`) and the Hub upload (`HubConfig`).
 """
 
@@ -22,8 +22,8 @@ from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.annotate.judge import JudgeStep, approvals, judge_items
 from r3forge.annotate.paraphrase import ParaphraseChecks, ParaphraseStep
 from r3forge.annotate.report import annotation_report, format_report, write_report
-from r3forge.annotate.teacher import TeacherConfig, load_tokenizer, open_teacher, teacher_identity
 from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
+from r3forge.backends.open import LLMConfig, llm_identity, load_tokenizer, open_llm
 from r3forge.data.loaders import load_qa
 from r3forge.synth.engine import EngineConfig, RunSummary, run_step
 from r3forge.synth.export import HubConfig, push_from_config
@@ -119,9 +119,9 @@ class ParaphraseConfig:
     max_tokens: int = field(default=512, metadata={"help": "Max new tokens (hitting it: truncated)."})
 
 
-VERBAL_CONFIGS = (PairsConfig, VerbalAnnotateConfig, TeacherConfig, RunConfig, HubConfig)
-JUDGE_CONFIGS = (JudgeConfig, TeacherConfig, RunConfig, HubConfig)
-PARAPHRASE_CONFIGS = (PairsConfig, ParaphraseConfig, TeacherConfig, RunConfig, HubConfig)
+VERBAL_CONFIGS = (PairsConfig, VerbalAnnotateConfig, LLMConfig, RunConfig, HubConfig)
+JUDGE_CONFIGS = (JudgeConfig, LLMConfig, RunConfig, HubConfig)
+PARAPHRASE_CONFIGS = (PairsConfig, ParaphraseConfig, LLMConfig, RunConfig, HubConfig)
 
 
 def load_pairs(config: PairsConfig) -> list[dict]:
@@ -136,7 +136,7 @@ def load_pairs(config: PairsConfig) -> list[dict]:
         getattr(retriever, "close", lambda: None)()
 
 
-def engine_config(run: RunConfig, teacher: TeacherConfig, model_id: str) -> EngineConfig:
+def engine_config(run: RunConfig, teacher: LLMConfig, model_id: str) -> EngineConfig:
     tokenizer = teacher.tokenizer or (teacher.model if teacher.backend in ("hf", "vllm") else "")
     return EngineConfig(
         output_dir=run.output_dir,
@@ -154,7 +154,7 @@ def engine_config(run: RunConfig, teacher: TeacherConfig, model_id: str) -> Engi
 def run_job(
     make_step: Any,
     items: Sequence[dict],
-    teacher: TeacherConfig,
+    teacher: LLMConfig,
     run: RunConfig,
     hub: HubConfig,
     after: Callable[[], None] | None = None,
@@ -164,11 +164,11 @@ def run_job(
 
     `make_step(tokenizer)` builds the step (the tokenizer locates score / verdict tokens; may be None).
     """
-    engine = engine_config(run, teacher, teacher_identity(teacher))
+    engine = engine_config(run, teacher, llm_identity(teacher))
     if run.dry_run:
         tokenizer = load_tokenizer(engine.tokenizer) if engine.tokenizer else None
         return run_step(make_step(tokenizer), items, None, engine)
-    with open_teacher(teacher) as opened:
+    with open_llm(teacher) as opened:
         summary = run_step(make_step(opened.tokenizer), items, opened.backend, engine)
     if ShardSpec.parse(run.shard).count == 1:
         if after is not None:
@@ -179,7 +179,7 @@ def run_job(
 
 
 def verbal_main(
-    pairs: PairsConfig, config: VerbalAnnotateConfig, teacher: TeacherConfig, run: RunConfig, hub: HubConfig
+    pairs: PairsConfig, config: VerbalAnnotateConfig, teacher: LLMConfig, run: RunConfig, hub: HubConfig
 ) -> RunSummary:
     """`r3forge annotate verbal`: pairs -> teacher comment + score; then the agreement report."""
     items = load_pairs(pairs)
@@ -200,7 +200,7 @@ def verbal_main(
     return run_job(make_step, items, teacher, run, hub, report)
 
 
-def judge_main(config: JudgeConfig, teacher: TeacherConfig, run: RunConfig, hub: HubConfig) -> RunSummary:
+def judge_main(config: JudgeConfig, teacher: LLMConfig, run: RunConfig, hub: HubConfig) -> RunSummary:
     """`r3forge annotate judge`: a second model approves or not each accepted annotation."""
     items = list(judge_items(config.annotation_dir, config.max_items))
 
@@ -222,7 +222,7 @@ def judge_main(config: JudgeConfig, teacher: TeacherConfig, run: RunConfig, hub:
 
 
 def paraphrase_main(
-    pairs: PairsConfig, config: ParaphraseConfig, teacher: TeacherConfig, run: RunConfig, hub: HubConfig
+    pairs: PairsConfig, config: ParaphraseConfig, teacher: LLMConfig, run: RunConfig, hub: HubConfig
 ) -> RunSummary:
     """`r3forge annotate paraphrase`: the paraphrased-context baseline over the same pairs."""
     items = load_pairs(pairs)

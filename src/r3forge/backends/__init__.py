@@ -6,6 +6,9 @@
   vLLM is optional and slow to import;
 * `HFLocalBackend` — transformers `generate`, the fallback without vLLM and the path training uses.
 
+`open.py`: `LLMConfig` / `open_llm`, the one way every role opens its model (in-process, a server
+started for the job, or a URL).
+
 Greedy decoding of a prompt gives the same tokens and top-k logprobs (fp32, within 1e-3) on all three.
 `build_backend(config)` picks the backend from the config's type.
 """

@@ -1,30 +1,17 @@
-"""`r3forge data synth-world|show|pool|filter-closed-book|agent-warmstart`."""
+"""`r3forge data synth-world|show|pool` (the table: `r3forge.cli`; `data filter-closed-book|agent-warmstart`
+are the agent's, `r3forge.agent.cli`)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from r3forge.agent.data import FilterConfig, filter_closed_book
-from r3forge.agent.env import EnvConfig, SearchConfig
-from r3forge.agent.warmstart import WarmstartArgs, write_warmstart
-from r3forge.annotate.teacher import TeacherConfig
-from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.data import synth_world
 from r3forge.data.loaders import load_corpus, load_qa, summarize
 from r3forge.errors import ConfigError
-
-SUBCOMMANDS = {
-    "synth-world": "Invent the synthetic world: corpus + 1/2-hop questions (FlashRAG jsonl + HF datasets).",
-    "show": "Load any supported file (format auto-detected) and print counts and the first records.",
-    "pool": "Pool the passages of QA records into one de-duplicated corpus JSONL (to index with BM25/dense).",
-    "filter-closed-book": "Drop questions the base generator answers closed-book in any of k samples (yes/no kept).",
-    "agent-warmstart": "SFT rows of worked search trajectories (real observations) to warm-start a small agent.",
-}
 
 
 @dataclass
@@ -87,36 +74,19 @@ def pool(config: PoolConfig) -> dict:
     return stats
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(subcommand_usage("data", SUBCOMMANDS))
-        return 0
-    sub, rest = argv[0], argv[1:]
-    if sub == "synth-world":
-        (cfg,) = parse_config((synth_world.SynthWorldConfig,), rest, prog="r3forge data synth-world")
-        synth_world.main(cfg)
-        return 0
-    if sub == "show":
-        (cfg,) = parse_config((ShowConfig,), rest, prog="r3forge data show")
-        show(cfg)
-        return 0
-    if sub == "pool":
-        (cfg,) = parse_config((PoolConfig,), rest, prog="r3forge data pool")
-        pool(cfg)
-        return 0
-    if sub == "filter-closed-book":
-        cfg, teacher = parse_config(
-            (FilterConfig, TeacherConfig), rest, prog="r3forge data filter-closed-book"
-        )
-        filter_closed_book(cfg, teacher)
-        return 0
-    if sub == "agent-warmstart":
-        args, search, env = parse_config((WarmstartArgs, SearchConfig, EnvConfig), rest,
-                                         prog="r3forge data agent-warmstart")  # fmt: skip
-        write_warmstart(args, search, env)
-        return 0
-    raise ConfigError(f"unknown subcommand 'data {sub}'; choose from {list(SUBCOMMANDS)}")
+def synth_world_main(argv: list[str]) -> int:
+    (cfg,) = parse_config((synth_world.SynthWorldConfig,), argv, prog="r3forge data synth-world")
+    synth_world.main(cfg)
+    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def show_main(argv: list[str]) -> int:
+    (cfg,) = parse_config((ShowConfig,), argv, prog="r3forge data show")
+    show(cfg)
+    return 0
+
+
+def pool_main(argv: list[str]) -> int:
+    (cfg,) = parse_config((PoolConfig,), argv, prog="r3forge data pool")
+    pool(cfg)
+    return 0

@@ -1,26 +1,15 @@
-"""`r3forge eval rag|report|agent|tts`."""
+"""`r3forge eval rag|report` (the table: `r3forge.cli`; `eval agent|tts` are the agent's, `r3forge.agent.cli`)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from r3forge.agent import evaluate as eval_agent
-from r3forge.agent import tts
-from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag import pipeline
 from r3forge.evalrag.report import load_rows, write_report
 from r3forge.evalrag.tuning import write_tuned
-
-SUBCOMMANDS = {
-    "rag": "Single-turn RAG: retrieve -> rerank/admit (IGP, verbal, baselines) -> Top-M -> answer -> score.",
-    "report": "One table and plots over several `eval rag` run folders (e.g. one per dataset).",
-    "agent": "Multi-turn search agent on held-out questions: EM/F1, searches, RA-R, CUE-R.",
-    "tts": "Test-time scaling: relevance-guided vs majority voting (with/without unique queries), reranker calls.",
-}
 
 
 @dataclass
@@ -45,23 +34,12 @@ def report_main(args: ReportArgs) -> dict:
     return paths
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(subcommand_usage("eval", SUBCOMMANDS))
-        return 0
-    sub, rest = argv[0], argv[1:]
-    if sub == "rag":
-        return pipeline.cli(rest)
-    if sub == "agent":
-        return eval_agent.cli(rest)
-    if sub == "tts":
-        return tts.cli(rest)
-    if sub == "report":
-        (args,) = parse_config((ReportArgs,), rest, prog="r3forge eval report")
-        report_main(args)
-        return 0
-    raise ConfigError(f"unknown subcommand 'eval {sub}'; choose from {list(SUBCOMMANDS)}")
+def rag(argv: list[str]) -> int:
+    pipeline.eval_main(*parse_config(pipeline.EVAL_CONFIGS, argv, prog="r3forge eval rag"))
+    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def report(argv: list[str]) -> int:
+    (args,) = parse_config((ReportArgs,), argv, prog="r3forge eval report")
+    report_main(args)
+    return 0

@@ -1,6 +1,6 @@
 """The configuration of `r3forge eval rag`: data and candidates, methods and budgets, the models of each role.
 
-The generator (the `TeacherConfig` fields: `backend`, `model`, `base_url`, `serve`, ...) answers with prompt A
+The generator (the `LLMConfig` fields: `backend`, `model`, `base_url`, `serve`, ...) answers with prompt A
 and is also the model IGP probes and QLM scores with, as in the IGP paper (probing the generator itself). The
 verbal reranker, YesNo scorer, cross-encoder and bi-encoder have their own fields; every local model runs on
 the generator's `device`.

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
-from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
-from r3forge.config import parse_config, save_config
+from r3forge.backends.open import LLM, LLMConfig, open_llm
+from r3forge.config import save_config
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.evalrag.answer import AnswerStep, evidence_sha
@@ -49,7 +49,7 @@ from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted, rejected_keys
 
 K_VALUES = (1, 3, 5)
-EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, TeacherConfig, QreamStepConfig)
+EVAL_CONFIGS = (EvalRagConfig, RerankModelsConfig, LLMConfig, QreamStepConfig)
 
 
 def load_questions(config: EvalRagConfig) -> list[dict]:
@@ -158,7 +158,7 @@ def evidence(
     return [notes[i] if notes and notes[i] else passage(candidates[i]) for i in kept]
 
 
-def answer_all(items: list[dict], generator: Teacher, config: EvalRagConfig) -> dict[tuple, dict]:
+def answer_all(items: list[dict], generator: LLM, config: EvalRagConfig) -> dict[tuple, dict]:
     """(question id, evidence sha) -> {"answer", "em", "f1", "tk"}; empty answers count as wrong."""
     step = AnswerStep(
         config.answer_max_tokens, config.answer_few_shot, config.answer_cue, generator.tokenizer
@@ -239,12 +239,12 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
-def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], roles: tuple[TeacherConfig, Teacher],
+def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], roles: tuple[LLMConfig, LLM],
                 config: EvalRagConfig, qream: QreamStepConfig, stack: ExitStack) -> tuple[list[dict], list[dict]]:  # fmt: skip
     """The QREAM post-step: rewrite every kept evidence set, add the `<method>+qream` rows and their items."""
     generator_cfg, generator = roles
     rewriter_cfg = rewriter_config(qream, generator_cfg)
-    rewriter = generator if rewriter_cfg is generator_cfg else stack.enter_context(open_teacher(rewriter_cfg))
+    rewriter = generator if rewriter_cfg is generator_cfg else stack.enter_context(open_llm(rewriter_cfg))
     step = rewrite_step(qream, questions)
     folder = (
         Path(config.output_dir) / "rewrite" / identity_folder(rewriter.model_id)
@@ -255,7 +255,7 @@ def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], role
     return add_twins(rows, items, rewritten, generator.tokenizer)
 
 
-def prober_config(config: EvalRagConfig, generator_cfg: TeacherConfig) -> TeacherConfig:
+def prober_config(config: EvalRagConfig, generator_cfg: LLMConfig) -> LLMConfig:
     """The generator's config with `max_logprobs` raised to IGP's K when a probing method runs: a started
     vLLM (engine or server) must serve top-K, and an `openai` client lets requests up to it through (the
     server must be started with `--max-logprobs` >= K)."""
@@ -267,7 +267,7 @@ def prober_config(config: EvalRagConfig, generator_cfg: TeacherConfig) -> Teache
 def eval_main(
     config: EvalRagConfig,
     models: RerankModelsConfig,
-    generator_cfg: TeacherConfig,
+    generator_cfg: LLMConfig,
     qream: QreamStepConfig | None = None,
 ) -> dict[str, Any]:
     """Run the sweep; write the run folder; return {"rows", "timings", "report"}."""
@@ -281,7 +281,7 @@ def eval_main(
         raise ConfigError(f"qa_path: {config.qa_path}: no question with candidates")
     timings: dict[str, float] = {}
     with ExitStack() as stack:
-        generator = stack.enter_context(open_teacher(generator_cfg))
+        generator = stack.enter_context(open_llm(generator_cfg))
         if hasattr(generator.backend, "batch_size"):
             generator.backend.batch_size = config.batch_size
         tokenizer = generator.tokenizer
@@ -319,8 +319,3 @@ def eval_main(
         file=sys.stderr,
     )
     return {"rows": rows, "timings": timings, "report": report}
-
-
-def cli(argv: list[str]) -> int:
-    eval_main(*parse_config(EVAL_CONFIGS, argv, prog="r3forge eval rag"))
-    return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from r3forge.annotate.teacher import Teacher, TeacherConfig
+from r3forge.backends.open import LLM, LLMConfig
 from r3forge.errors import ConfigError
 from r3forge.evalrag.answer import evidence_sha
 from r3forge.metrics.efficiency import input_tokens
@@ -63,7 +63,7 @@ class QreamStepConfig:
             raise ConfigError("rewrite: ft needs `rewriter_model` (a QREAM-FT checkpoint)")
 
 
-def rewriter_config(cfg: QreamStepConfig, generator: TeacherConfig) -> TeacherConfig:
+def rewriter_config(cfg: QreamStepConfig, generator: LLMConfig) -> LLMConfig:
     """The rewriter's teacher config: the generator's, with the `rewriter_*` overrides."""
     return role(generator, cfg, "rewriter")
 
@@ -81,7 +81,7 @@ def _ref(record: dict) -> tuple:
     return tuple(rewrite_key(record).values())
 
 
-def rewrite_all(items: list[dict], step: Any, rewriter: Teacher, engine: EngineConfig) -> dict[tuple, dict]:
+def rewrite_all(items: list[dict], step: Any, rewriter: LLM, engine: EngineConfig) -> dict[tuple, dict]:
     """(question id, evidence sha) of every answer item with documents -> {"documents": [the rewrite] (or
     the kept passages on failure), "fallback": the reject reason or ""}."""
     todo = {(it["question_id"], evidence_sha(it["documents"])): it for it in items if it["documents"]}

@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
+from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.errors import ConfigError
 from r3forge.evalrag.config import EvalRagConfig, RerankModelsConfig
 from r3forge.identity import model_identity
@@ -47,7 +47,7 @@ from r3forge.rerank import (
 PROBES = {"ig": "ig", "igp": "ig", "igp_set": "igp_set"}
 
 
-def fingerprint(method: str, config: EvalRagConfig, models: RerankModelsConfig, generator: Teacher) -> str:
+def fingerprint(method: str, config: EvalRagConfig, models: RerankModelsConfig, generator: LLM) -> str:
     """What a method's scores depend on besides the candidates: its model and settings."""
     setting: dict[str, Any] = {"method": PROBES.get(method, method), "generator": generator.model_id}
     if method in PROBES:
@@ -94,7 +94,7 @@ def read_saved(path: Path) -> dict[str, dict]:
 
 
 def score_method(method: str, questions: list[dict], config: EvalRagConfig, models: RerankModelsConfig,
-                 roles: tuple[TeacherConfig, Teacher], stack: ExitStack, nu_cache: dict) -> dict[str, dict]:  # fmt: skip
+                 roles: tuple[LLMConfig, LLM], stack: ExitStack, nu_cache: dict) -> dict[str, dict]:  # fmt: skip
     """question id -> scored. Saved per question in `rerank/<method>-<settings hash>.jsonl` as each chunk
     finishes: a killed or extended run (more questions, new T_p or M) scores only what is missing.
     `roles`: the generator's config and the open generator; `nu_cache`: question -> NU(q), one dict per run,
@@ -122,20 +122,20 @@ def score_method(method: str, questions: list[dict], config: EvalRagConfig, mode
     return out
 
 
-def reranker_llm(model: str, models: RerankModelsConfig, roles: tuple[TeacherConfig, Teacher],
-                 stack: ExitStack) -> Teacher:  # fmt: skip
+def reranker_llm(model: str, models: RerankModelsConfig, roles: tuple[LLMConfig, LLM],
+                 stack: ExitStack) -> LLM:  # fmt: skip
     """The verbal / YesNo LLM (`model`: `reranker_model` or `yesno_model`): the generator itself unless the
     model or `reranker_backend` / `reranker_base_url` name another."""
     generator_cfg, generator = roles
     if not (model or models.reranker_backend or models.reranker_base_url):
         return generator
-    cfg = TeacherConfig(backend=models.reranker_backend or generator_cfg.backend,  # type: ignore[arg-type]
+    cfg = LLMConfig(backend=models.reranker_backend or generator_cfg.backend,  # type: ignore[arg-type]
                         model=model or generator_cfg.model,
                         base_url=models.reranker_base_url or generator_cfg.base_url, device=generator_cfg.device)  # fmt: skip
-    return stack.enter_context(open_teacher(cfg))
+    return stack.enter_context(open_llm(cfg))
 
 
-def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles: tuple[TeacherConfig, Teacher],
+def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles: tuple[LLMConfig, LLM],
            stack: ExitStack, nu_cache: dict) -> Any:  # fmt: skip
     """A function chunk -> {question id: scored} for `method`."""
     generator_cfg, generator = roles
@@ -183,14 +183,14 @@ def _num(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def _ig(chunk: list[dict], generator: Teacher, probe: ProbeConfig, cache: dict) -> dict[str, dict]:
+def _ig(chunk: list[dict], generator: LLM, probe: ProbeConfig, cache: dict) -> dict[str, dict]:
     docs = [[passage(c) for c in q["candidates"]] for q in chunk]
     gains = probe_gains(generator.backend, [q["question"] for q in chunk], docs, probe, cache)
     return {q["id"]: {"ig": g.ig, "scores": g.ig, "nu_question": g.question.nu, "nu": [c.nu for c in g.conditional]}
             for q, g in zip(chunk, gains, strict=True)}  # fmt: skip
 
 
-def _greedy(chunk: list[dict], generator: Teacher, probe: ProbeConfig, select: SelectConfig,
+def _greedy(chunk: list[dict], generator: LLM, probe: ProbeConfig, select: SelectConfig,
             cache: dict) -> dict[str, dict]:  # fmt: skip
     docs = [[passage(c) for c in q["candidates"]] for q in chunk]
     sels = greedy_select(generator.backend, [q["question"] for q in chunk], docs, probe, select, cache)

@@ -1,25 +1,15 @@
-"""`r3forge models prepare|verify|list|chat`."""
+"""`r3forge models prepare|verify|list|chat` (the table: `r3forge.cli`)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
-from r3forge.errors import ConfigError
 from r3forge.models.embedded import EMBEDDED_MODELS, models_root, prepare_model, resolve_model, verify_folder
-
-SUBCOMMANDS = {
-    "prepare": "Materialize embedded models under $R3FORGE_HOME/models (idempotent, atomic, checksummed).",
-    "verify": "Re-hash materialized embedded models against their manifests.",
-    "list": "List the embedded models and whether they are materialized.",
-    "chat": "Greedy chat generation with a model (embedded short name, local path or Hub id).",
-}
 
 
 @dataclass
@@ -61,38 +51,36 @@ def chat(config: ChatConfig) -> str:
     return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(subcommand_usage("models", SUBCOMMANDS))
-        return 0
-    sub, rest = argv[0], argv[1:]
-    if sub == "prepare":
-        (cfg,) = parse_config((PrepareConfig,), rest, prog="r3forge models prepare")
-        for name in cfg.models:
-            start = time.perf_counter()
-            path = prepare_model(name, force=cfg.force, full_verify=cfg.full_verify)
-            print(f"{name}: {path} ({time.perf_counter() - start:.1f}s)")
-        return 0
-    if sub == "verify":
-        bad = 0
-        for name in EMBEDDED_MODELS:
-            folder = models_root() / name
-            problems = verify_folder(folder, full=True) if folder.exists() else ["not materialized"]
-            bad += bool(problems)
-            print(f"{name}: {'ok' if not problems else '; '.join(problems)}")
-        return 1 if bad else 0
-    if sub == "list":
-        for name, spec in EMBEDDED_MODELS.items():
-            folder = models_root() / name
-            state = "ready" if folder.exists() and not verify_folder(folder) else "not materialized"
-            print(f"{name:<24} {spec.kind:<17} {state:<17} {spec.description}")
-        return 0
-    if sub == "chat":
-        (cfg,) = parse_config((ChatConfig,), rest, prog="r3forge models chat")
-        print(chat(cfg))
-        return 0
-    raise ConfigError(f"unknown subcommand 'models {sub}'; choose from {list(SUBCOMMANDS)}")
+def prepare(argv: list[str]) -> int:
+    (cfg,) = parse_config((PrepareConfig,), argv, prog="r3forge models prepare")
+    for name in cfg.models:
+        start = time.perf_counter()
+        path = prepare_model(name, force=cfg.force, full_verify=cfg.full_verify)
+        print(f"{name}: {path} ({time.perf_counter() - start:.1f}s)")
+    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def verify(argv: list[str]) -> int:
+    parse_config((), argv, prog="r3forge models verify")
+    bad = 0
+    for name in EMBEDDED_MODELS:
+        folder = models_root() / name
+        problems = verify_folder(folder, full=True) if folder.exists() else ["not materialized"]
+        bad += bool(problems)
+        print(f"{name}: {'ok' if not problems else '; '.join(problems)}")
+    return 1 if bad else 0
+
+
+def list_models(argv: list[str]) -> int:
+    parse_config((), argv, prog="r3forge models list")
+    for name, spec in EMBEDDED_MODELS.items():
+        folder = models_root() / name
+        state = "ready" if folder.exists() and not verify_folder(folder) else "not materialized"
+        print(f"{name:<24} {spec.kind:<17} {state:<17} {spec.description}")
+    return 0
+
+
+def chat_main(argv: list[str]) -> int:
+    (cfg,) = parse_config((ChatConfig,), argv, prog="r3forge models chat")
+    print(chat(cfg))
+    return 0

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from r3forge.annotate.jobs import RunConfig
-from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
-from r3forge.config import parse_config
+from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.efficiency import input_tokens
@@ -82,10 +81,10 @@ class ReaderRoleConfig:
     reader_base_url: str = field(default="", metadata={"help": "Reader API root; empty: the rewriter's."})
 
 
-REWRITE_CONFIGS = (RewriteConfig, ReaderRoleConfig, TeacherConfig, RunConfig)
+REWRITE_CONFIGS = (RewriteConfig, ReaderRoleConfig, LLMConfig, RunConfig)
 
 
-def demonstrations(config: RewriteConfig, targets: list[dict], rewriter: Teacher, run: RunConfig) -> list:
+def demonstrations(config: RewriteConfig, targets: list[dict], rewriter: LLM, run: RunConfig) -> list:
     """(seed question, seed document) pairs for QREAM-ICL, none of whose questions is a target."""
     if config.demos_from:
         return load_demos(config.demos_from, targets, "demos_from")
@@ -100,7 +99,7 @@ def _reasons(folder: Path) -> dict[str, str]:
     return {key["question_id"]: row["reason"] for key, row in rejected_keys(folder)}
 
 
-def rewrite_evidence(step: Any, targets: list[dict], raw: dict[str, str], rewriter: Teacher,
+def rewrite_evidence(step: Any, targets: list[dict], raw: dict[str, str], rewriter: LLM,
                      engine: EngineConfig) -> dict[str, dict]:  # fmt: skip
     """The post-retrieval step: question id -> {"raw", "rewrite" (None on failure), "evidence" (the rewrite,
     or r_raw as fallback), "fallback" (the reject reason, or "")}. `step`: a `RewriteStep` or
@@ -121,7 +120,7 @@ def rewrite_evidence(step: Any, targets: list[dict], raw: dict[str, str], rewrit
     return out
 
 
-def read_both(config: RewriteConfig, targets: list[dict], evidence: dict[str, dict], reader: Teacher,
+def read_both(config: RewriteConfig, targets: list[dict], evidence: dict[str, dict], reader: LLM,
               run: RunConfig) -> dict[tuple, str]:  # fmt: skip
     """The reader's answer from r_raw (round 0) and from each rewrite (round 1): candidate key -> answer."""
     items = []
@@ -189,7 +188,7 @@ def rewrite_report(rows: list[dict], method: str, model_id: str) -> dict[str, An
     return figures
 
 
-def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, teacher: TeacherConfig,
+def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, rewriter_cfg: LLMConfig,
                  run: RunConfig) -> dict:  # fmt: skip
     """Rewrite each question's r_raw, optionally read both, write evidence.jsonl and report.json."""
     if config.method not in ("icl", "ft"):
@@ -203,7 +202,7 @@ def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, teacher: T
                if shard.owns({"question_id": str(r["id"])})]  # fmt: skip
     out = Path(run.output_dir)
     with ExitStack() as stack:
-        rewriter = stack.enter_context(open_teacher(teacher))
+        rewriter = stack.enter_context(open_llm(rewriter_cfg))
         if config.method == "icl":
             step = RewriteStep(demonstrations(config, targets, rewriter, run), config.temperature,
                                config.max_tokens)  # fmt: skip
@@ -213,10 +212,8 @@ def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, teacher: T
                                     _stage(run, "rewrite", rewriter))  # fmt: skip
         answers: dict[tuple, str] = {}
         if config.evaluate:
-            reader_teacher = role(teacher, reader_cfg, "reader")
-            reader = (
-                rewriter if reader_teacher is teacher else stack.enter_context(open_teacher(reader_teacher))
-            )
+            reader_llm = role(rewriter_cfg, reader_cfg, "reader")
+            reader = rewriter if reader_llm is rewriter_cfg else stack.enter_context(open_llm(reader_llm))
             answers = read_both(config, targets, evidence, reader, run)
     rows = evidence_rows(targets, evidence, rewriter.tokenizer)
     if config.evaluate:
@@ -228,12 +225,3 @@ def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, teacher: T
     (out / "report.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(figures), file=sys.stdout)
     return figures
-
-
-def cli(argv: list[str]) -> int:
-    rewrite_main(*parse_config(REWRITE_CONFIGS, argv, prog="r3forge rewrite"))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))

@@ -31,7 +31,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from r3forge.annotate.export import split_by_question
 from r3forge.annotate.items import open_retriever
 from r3forge.annotate.jobs import RunConfig
-from r3forge.annotate.teacher import Teacher, TeacherConfig, open_teacher
+from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.orientation import r_inc, s_orient
@@ -115,10 +115,10 @@ class QreamModelsConfig:
     judge_base_url: str = field(default="", metadata={"help": "Judge API root; empty: the rewriter's."})
 
 
-QREAM_CONFIGS = (QreamConfig, QreamModelsConfig, TeacherConfig, RunConfig)
+QREAM_CONFIGS = (QreamConfig, QreamModelsConfig, LLMConfig, RunConfig)
 
 
-def role(teacher: TeacherConfig, models: QreamModelsConfig, name: str) -> TeacherConfig:
+def role(teacher: LLMConfig, models: QreamModelsConfig, name: str) -> LLMConfig:
     """The teacher config of a role (reader / facts / judge): the rewriter's, with the role's overrides."""
     model, backend, url = (getattr(models, f"{name}_{k}") for k in ("model", "backend", "base_url"))
     if not (model or backend or url):
@@ -128,7 +128,7 @@ def role(teacher: TeacherConfig, models: QreamModelsConfig, name: str) -> Teache
                    base_url=url or teacher.base_url, serve=serve)  # fmt: skip
 
 
-def _stage(run: RunConfig, name: str, teacher: Teacher) -> EngineConfig:
+def _stage(run: RunConfig, name: str, teacher: LLM) -> EngineConfig:
     return EngineConfig(output_dir=str(Path(run.output_dir) / name), model=teacher.model_id,
                         batch_size=run.batch_size, concurrency=run.concurrency, progress=run.progress)  # fmt: skip
 
@@ -165,7 +165,7 @@ def raw_retrievals(config: QreamConfig, targets: list[dict]) -> dict[str, str]:
     }
 
 
-def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[dict], rewriter: Teacher,
+def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[dict], rewriter: LLM,
                         run: RunConfig) -> list[dict]:  # fmt: skip
     """Seeds -> demos -> N rounds; returns every accepted rewrite as a candidate item (with r_raw)."""
     out = Path(run.output_dir)
@@ -189,7 +189,7 @@ def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[di
     return candidates
 
 
-def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[str, Teacher],
+def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[str, LLM],
                      run: RunConfig) -> list[dict]:  # fmt: skip
     """Utility (reader) and fidelity (facts, then one judge request per fact) of every candidate."""
     out = Path(run.output_dir)
@@ -329,9 +329,7 @@ def card(figures: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def qream_main(
-    config: QreamConfig, models: QreamModelsConfig, teacher: TeacherConfig, run: RunConfig
-) -> dict:
+def qream_main(config: QreamConfig, models: QreamModelsConfig, teacher: LLMConfig, run: RunConfig) -> dict:
     """Run every stage (resuming what is done) and write the golden set, SFT data, report and card."""
     if config.rounds < 1:
         raise ConfigError(f"rounds must be >= 1, got {config.rounds}")
@@ -351,12 +349,12 @@ def qream_main(
     )
     check_disjoint(seeds, targets)
     with ExitStack() as stack:
-        opened: dict[tuple, Teacher] = {}
+        opened: dict[tuple, LLM] = {}
 
-        def get(cfg: TeacherConfig) -> Teacher:
+        def get(cfg: LLMConfig) -> LLM:
             ident = (cfg.backend, cfg.model, cfg.base_url, cfg.serve)
             if ident not in opened:
-                opened[ident] = stack.enter_context(open_teacher(cfg))
+                opened[ident] = stack.enter_context(open_llm(cfg))
             return opened[ident]
 
         rewriter = get(teacher)

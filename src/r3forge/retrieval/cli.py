@@ -1,4 +1,4 @@
-"""`r3forge index build|info|search`.
+"""`r3forge index build|info|search` (the table: `r3forge.cli`).
 
 r3forge index build --corpus '../shared/data/wiki_paragraphs/*.jsonl' --kind bm25 --output indexes/wiki-bm25
 r3forge index build --config configs/retrieval/wiki_dense_flat.yaml --encoder all-minilm-l6-v2
@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 
-from r3forge.cli import subcommand_usage
 from r3forge.config import parse_config
-from r3forge.errors import ConfigError
 from r3forge.retrieval import load_retriever
 from r3forge.retrieval.base import KINDS, read_manifest
 from r3forge.retrieval.bm25 import BM25Config, build_bm25_index
 from r3forge.retrieval.dense import DenseConfig, build_dense_index
-
-SUBCOMMANDS = {
-    "build": "Build a BM25 or dense index folder from a corpus (file, glob, folder).",
-    "info": "Print an index folder's manifest (index.json).",
-    "search": "Search an index from the command line.",
-}
 
 
 @dataclass
@@ -70,31 +61,25 @@ def build(config: IndexBuildConfig, bm25: BM25Config, dense: DenseConfig) -> Non
     )
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(subcommand_usage("index", SUBCOMMANDS))
-        return 0
-    sub, rest = argv[0], argv[1:]
-    if sub == "build":
-        config, bm25, dense = parse_config(
-            (IndexBuildConfig, BM25Config, DenseConfig), rest, prog="r3forge index build"
-        )
-        build(config, bm25, dense)
-        return 0
-    if sub == "info":
-        (info,) = parse_config((IndexInfoConfig,), rest, prog="r3forge index info")
-        print(json.dumps(dataclasses.asdict(read_manifest(info.index)), indent=2, ensure_ascii=False))
-        return 0
-    if sub == "search":
-        (cfg,) = parse_config((IndexSearchConfig,), rest, prog="r3forge index search")
-        retriever = load_retriever(cfg.index, backend=cfg.backend)
-        for query, hits in zip(cfg.queries, retriever.search(cfg.queries, cfg.k), strict=True):
-            print(f"# {query}")
-            for (pid, score), passage in zip(hits, retriever.get([pid for pid, _ in hits]), strict=True):
-                print(f"{score:9.4f}  {pid}  {passage['title']}: {passage['text'][:100]}")
-        return 0
-    raise ConfigError(f"unknown subcommand 'index {sub}'; choose from {list(SUBCOMMANDS)}")
+def build_main(argv: list[str]) -> int:
+    config, bm25, dense = parse_config(
+        (IndexBuildConfig, BM25Config, DenseConfig), argv, prog="r3forge index build"
+    )
+    build(config, bm25, dense)
+    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def info(argv: list[str]) -> int:
+    (cfg,) = parse_config((IndexInfoConfig,), argv, prog="r3forge index info")
+    print(json.dumps(dataclasses.asdict(read_manifest(cfg.index)), indent=2, ensure_ascii=False))
+    return 0
+
+
+def search(argv: list[str]) -> int:
+    (cfg,) = parse_config((IndexSearchConfig,), argv, prog="r3forge index search")
+    retriever = load_retriever(cfg.index, backend=cfg.backend)
+    for query, hits in zip(cfg.queries, retriever.search(cfg.queries, cfg.k), strict=True):
+        print(f"# {query}")
+        for (pid, score), passage in zip(hits, retriever.get([pid for pid, _ in hits]), strict=True):
+            print(f"{score:9.4f}  {pid}  {passage['title']}: {passage['text'][:100]}")
+    return 0

@@ -1,10 +1,10 @@
-"""`python -m r3forge.synth run|merge`: the synthesis engine's command line.
+"""`r3forge synth run|merge` (or `python -m r3forge.synth run|merge`): the synthesis engine's command line.
 
-    python -m r3forge.synth run --step my.steps:OneWordAnswer --input questions.jsonl \\
+    r3forge synth run --step my.steps:OneWordAnswer --input questions.jsonl \\
         --output_dir runs/synth/s0 --shard 0/2 --backend openai --base_url http://node:8000/v1 \\
         --backend_model openai/gpt-oss-120b
-    python -m r3forge.synth run ... --dry-run            # requests and prompt tokens, no generation
-    python -m r3forge.synth merge --inputs runs/synth/s0 runs/synth/s1 --output_dir runs/synth/all \\
+    r3forge synth run ... --dry-run            # requests and prompt tokens, no generation
+    r3forge synth merge --inputs runs/synth/s0 runs/synth/s1 --output_dir runs/synth/all \\
         --push-to-hub org/name
 
 The step is `module:attr`: a step instance, or a class/factory called with `--step_args` (a JSON object).
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,8 +28,6 @@ from r3forge.errors import ConfigError
 from r3forge.identity import model_identity
 from r3forge.synth.engine import EngineConfig, SynthesisStep, run_step
 from r3forge.synth.export import HubConfig, merge_shards, push_from_config
-
-USAGE = "usage: r3forge synth {run,merge} [--config file.yaml] [--flags]  (--help for flags)"
 
 
 @dataclass
@@ -100,21 +97,15 @@ def build_backend(args: RunArgs) -> Any:
     raise ConfigError(f"--backend: expected hf, openai, vllm or module:attr, got {args.backend!r}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0
-    command, rest = argv[0], argv[1:]
-    prog = f"python -m r3forge.synth {command}"
-    if command == "merge":
-        merge, hub = parse_config((MergeArgs, HubConfig), rest, prog=prog)
-        out = merge_shards(merge.inputs, merge.output_dir, overwrite=merge.overwrite)
-        push_from_config(out, hub)
-        return 0
-    if command != "run":
-        raise ConfigError(f"unknown command {command!r}; {USAGE}")
-    args, config, hub = parse_config((RunArgs, EngineConfig, HubConfig), rest, prog=prog)
+def merge(argv: Sequence[str]) -> int:
+    merge_args, hub = parse_config((MergeArgs, HubConfig), argv, prog="r3forge synth merge")
+    out = merge_shards(merge_args.inputs, merge_args.output_dir, overwrite=merge_args.overwrite)
+    push_from_config(out, hub)
+    return 0
+
+
+def run(argv: Sequence[str]) -> int:
+    args, config, hub = parse_config((RunArgs, EngineConfig, HubConfig), argv, prog="r3forge synth run")
     step = load_step(args.step, json.loads(args.step_args))
     config.model = config.model or model_identity(args.backend_model, served=args.backend == "openai")
     if config.dry_run and not config.tokenizer and args.backend in ("hf", "vllm"):

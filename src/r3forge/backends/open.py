@@ -1,7 +1,10 @@
-"""The teacher (or judge) model of an annotation job: one config, one context manager.
+"""Open any LLM a job uses, in one place: one config (`LLMConfig`), one context manager (`open_llm`).
 
-    with open_teacher(TeacherConfig(backend="openai", model="openai/gpt-oss-120b",
-                                    base_url="http://gpu-node:8000/v1")) as teacher:
+Every role opens its model here: the annotation teacher and judge, the search environment's reranker, the
+closed-book filter's and `eval rag`'s generator, QREAM's rewriter, reader and judges.
+
+    with open_llm(LLMConfig(backend="openai", model="openai/gpt-oss-120b",
+                            base_url="http://gpu-node:8000/v1")) as teacher:
         run_step(step, items, teacher.backend, engine)
 
 `backend`: `hf` (transformers in this process), `openai` (any OpenAI-compatible server: vLLM, SGLang, a
@@ -25,7 +28,7 @@ from r3forge.identity import model_identity
 
 
 @dataclass
-class TeacherConfig:
+class LLMConfig:
     backend: Literal["hf", "openai", "vllm"] = field(
         default="hf",
         metadata={
@@ -81,15 +84,15 @@ class TeacherConfig:
 
 
 @dataclass
-class Teacher:
-    """An open teacher: the backend, the tokenizer (or None) and the model id recorded in every record."""
+class LLM:
+    """An open model: the backend, the tokenizer (or None) and the model id recorded in every record."""
 
     backend: Any
     tokenizer: Any
-    model_id: str  # teacher_identity(config): a local folder by its content, a Hub id @revision
+    model_id: str  # llm_identity(config): a local folder by its content, a Hub id @revision
 
 
-def teacher_identity(config: TeacherConfig) -> str:
+def llm_identity(config: LLMConfig) -> str:
     """What records, cache keys and fingerprints name this model by (`r3forge.identity.model_identity`): a
     local folder by its content, so two checkpoints never share cached results; a name the openai backend
     sends to a server that is not started here, as given."""
@@ -105,10 +108,10 @@ def load_tokenizer(name: str) -> Any:
 
 
 @contextmanager
-def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
+def open_llm(config: LLMConfig) -> Iterator[LLM]:
     """Build the backend (starting a vLLM server first with `serve`), yield it, close everything."""
     with ExitStack() as stack:
-        tokenizer, model_id = None, teacher_identity(config)
+        tokenizer, model_id = None, llm_identity(config)
         if config.backend == "hf":
             backend = backends.build_backend(backends.HFLocalConfig(model=config.model, device=config.device))
             tokenizer = backend.tokenizer
@@ -149,7 +152,7 @@ def open_teacher(config: TeacherConfig) -> Iterator[Teacher]:
             )
             tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None
         stack.callback(backend.close)
-        yield Teacher(backend, tokenizer, model_id)
+        yield LLM(backend, tokenizer, model_id)
 
 
 def served_name(model: str) -> str:

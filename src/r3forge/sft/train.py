@@ -1,0 +1,118 @@
+"""The parts `recipes/sft.py` is built from (the recipe itself reads top to bottom there): loading one split
+of prompt/completion rows, the student in its training precision, the DeepSpeed launch check and what the
+engine ran.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, SFTConfig, SFTTrainer
+
+from r3forge.errors import ConfigError
+from r3forge.models import resolve_model
+
+TASK_COLUMNS = {"verbal": ("question_id", "doc_id", "score"), "qream": ("question", "answers"), "generic": ()}
+
+
+def load_split(path: str, split: str, limit: int | None) -> datasets.Dataset:
+    """One split of a DatasetDict folder (or a whole .jsonl/.json file), checked for prompt/completion."""
+    p = Path(path)
+    if p.is_dir():
+        data = datasets.load_from_disk(str(p))
+        if isinstance(data, datasets.DatasetDict):
+            if split not in data:
+                raise ConfigError(f"{path}: no split {split!r} (splits: {sorted(data)})")
+            data = data[split]
+    elif p.suffix in (".jsonl", ".json") and p.is_file():
+        data = datasets.Dataset.from_json(str(p))
+    else:
+        raise ConfigError(f"dataset {path}: neither a DatasetDict folder nor a .jsonl/.json file")
+    missing = {"prompt", "completion"} - set(data.column_names)
+    if missing:
+        raise ConfigError(
+            f"{path} ({split}): missing column(s) {sorted(missing)}; need prompt/completion chat rows"
+        )
+    return data.select(range(min(limit, len(data)))) if limit is not None else data
+
+
+def model_dtype(model_args: ModelConfig, training: Any) -> torch.dtype:
+    """`dtype: auto` (or unset): bf16 when training in bf16 on a GPU, else fp32."""
+    if model_args.dtype and model_args.dtype != "auto":
+        return getattr(torch, model_args.dtype)
+    return torch.bfloat16 if training.bf16 and torch.cuda.is_available() else torch.float32
+
+
+def load_model(model_args: ModelConfig, training: Any) -> tuple[str, Any, Any]:
+    """(base name, model, tokenizer) of a training run: an embedded name (default SmolLM2), a local folder or
+    a Hub id, in the training precision (`model_dtype`); the tokenizer pads with EOS when it has no pad."""
+    base = model_args.model_name_or_path or "smollm2-135m-instruct"
+    path = resolve_model(base)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args, training),
+                                                 attn_implementation=model_args.attn_implementation)  # fmt: skip
+    return base, model, tokenizer
+
+
+def check_deepspeed_launch(training: SFTConfig) -> None:
+    """Under `accelerate launch --config_file configs/accelerate/zero*.yaml` (ACCELERATE_USE_DEEPSPEED), refuse
+    before loading anything the two settings that stop a DeepSpeed run later with a cryptic error: a mixed
+    precision of the launcher that the recipe's `bf16`/`fp16` do not match (DeepSpeed's config takes it from
+    the launcher), and, without CUDA and with several processes, neither `use_cpu: true` nor
+    `ddp_backend: gloo` (accelerate then counts one process and DeepSpeed stops on train_batch_size !=
+    micro batch x accumulation x world size). On CPU DeepSpeed runs with `use_cpu: true` (gloo), `bf16: false`
+    and `accelerate launch --mixed_precision no`."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        return
+    cpu = "on CPU: accelerate launch --mixed_precision no ... --use_cpu true --bf16 false"
+    launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    recipe = "bf16" if training.bf16 else "fp16" if training.fp16 else "no"
+    if launcher != recipe:
+        raise ConfigError(
+            f"accelerate launch --mixed_precision {launcher} (the accelerate config's mixed_precision) but the "
+            f"SFT config trains in {recipe} (bf16: {training.bf16}, fp16: {training.fp16}): DeepSpeed would "
+            f"refuse the mismatch; set both alike ({cpu})"
+        )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if (
+        world > 1
+        and not torch.cuda.is_available()
+        and not training.use_cpu
+        and training.ddp_backend != "gloo"
+    ):
+        raise ConfigError(
+            f"{world} DeepSpeed processes without a CUDA device need use_cpu: true or ddp_backend: gloo "
+            f"(ddp_backend is {training.ddp_backend}; accelerate would count one process) ({cpu})"
+        )
+
+
+def distributed_info(trainer: SFTTrainer) -> dict[str, Any]:
+    """How the run was spread over processes (run.json's `distributed`): the accelerator's type, processes and
+    backend, and under DeepSpeed what the engine ran (ZeRO stage, offload, batch arithmetic, optimizer)."""
+    acc = trainer.accelerator
+    info: dict[str, Any] = {"type": acc.distributed_type.value, "num_processes": acc.num_processes,
+                            "backend": acc.state.backend, "device": str(acc.device)}  # fmt: skip
+    engine = trainer.model_wrapped
+    if trainer.is_deepspeed_enabled and hasattr(engine, "zero_optimization_stage"):
+        # an offload config (or None); its device a plain string or a str enum, by DeepSpeed version
+        offload = [getattr(o.device, "value", o.device) if o else "none"
+                   for o in (engine.zero_offload_optimizer(), engine.zero_offload_param())]  # fmt: skip
+        info["deepspeed"] = {
+            "version": version("deepspeed"),
+            "zero_stage": engine.zero_optimization_stage(),
+            "offload_optimizer": offload[0],
+            "offload_param": offload[1],
+            "train_batch_size": engine.train_batch_size(),
+            "train_micro_batch_size_per_gpu": engine.train_micro_batch_size_per_gpu(),
+            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
+            "optimizer": type(engine.basic_optimizer).__name__,
+        }
+    return info

@@ -1,0 +1,51 @@
+"""The import contract of ARCHITECTURE.md, checked with import-linter (`[tool.importlinter]` in pyproject.toml)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import r3forge.recipes.grpo
+import r3forge.recipes.sft
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(src: Path, config: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", str(config)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)  # fmt: skip
+
+
+def test_no_upward_imports_and_no_package_cycles():
+    out = lint(ROOT / "src", ROOT / "pyproject.toml", ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 kept, 0 broken" in out.stdout
+
+
+def test_the_contract_catches_an_upward_import_and_an_unplaced_package(tmp_path: Path):
+    shutil.copytree(ROOT / "src" / "r3forge", tmp_path / "src" / "r3forge")
+    loaders = tmp_path / "src" / "r3forge" / "data" / "loaders.py"
+    loaders.write_text(
+        loaders.read_text() + "\n\ndef _upward():\n    from r3forge.agent import env  # noqa\n"
+    )
+    (tmp_path / "src" / "r3forge" / "newpkg").mkdir()
+    (tmp_path / "src" / "r3forge" / "newpkg" / "__init__.py").write_text("")
+    out = lint(tmp_path / "src", ROOT / "pyproject.toml", tmp_path)
+    assert out.returncode == 1
+    assert "r3forge.data.loaders -> r3forge.agent.env" in out.stdout
+    assert "r3forge.newpkg" in out.stdout
+
+
+def test_the_wheel_lists_every_package_and_the_recipes():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(ROOT / "src").parts) for p in (ROOT / "src").rglob("__init__.py")}
+    assert set(data["packages"]) == found | {"r3forge.recipes"}
+    assert data["package-dir"]["r3forge.recipes"] == "recipes"
+    assert Path(r3forge.recipes.sft.__file__).resolve() == ROOT / "recipes" / "sft.py"
+    assert callable(r3forge.recipes.grpo.main)
