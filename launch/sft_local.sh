@@ -17,24 +17,8 @@
 set -euo pipefail
 ME=$(basename "$0")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-die() { echo "$ME: $*" >&2; exit 2; }
-# an existing file's path, relative to the repo root when it lies inside it (the command runs there)
-from_root() { local p; p="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; echo "${p#"$ROOT"/}"; }
-
-# visible GPUs: none without nvidia-smi; else CUDA_VISIBLE_DEVICES when set (""/-1 = none), else nvidia-smi -L
-visible_gpus() {
-  if ! command -v nvidia-smi > /dev/null; then
-    echo 0
-  elif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    local ids
-    case $CUDA_VISIBLE_DEVICES in
-      "" | -1) echo 0 ;;
-      *) IFS=, read -ra ids <<< "$CUDA_VISIBLE_DEVICES"; echo "${#ids[@]}" ;;
-    esac
-  else
-    { nvidia-smi -L 2> /dev/null || true; } | grep -c '^GPU' || true
-  fi
-}
+# shellcheck source=launch/_lib.sh
+source "$ROOT/launch/_lib.sh"
 
 [ $# -ge 1 ] || die "usage: $ME CONFIG [ACCELERATE_CONFIG] [-- extra recipe flags...]"
 CONFIG=$1
@@ -60,9 +44,7 @@ if [ -z "$ACCEL_CONFIG" ]; then
   esac
 fi
 NUM_PROCESSES=${NUM_PROCESSES:-$GPUS}
-if [ -z "${ACCELERATE:-}" ]; then
-  if [ -x .venv/bin/accelerate ]; then ACCELERATE=.venv/bin/accelerate; else ACCELERATE=accelerate; fi
-fi
+ACCELERATE=${ACCELERATE:-$(venv_tool accelerate)}
 
 CMD=("$ACCELERATE" launch --config_file "$ACCEL_CONFIG")
 # a distributed_type NO config (cpu/single_gpu) always runs one process: accelerate would ignore the count;
@@ -72,6 +54,4 @@ if [ "$NUM_PROCESSES" -ge 1 ] && ! grep -Eq "^distributed_type: *['\"]?NO['\"]? 
 fi
 CMD+=(-m r3forge.sft --config "$CONFIG" "$@")
 
-echo "+ $(printf '%q ' "${CMD[@]}")" >&2
-if [ "${DRY_RUN:-0}" = 1 ]; then exit 0; fi
-exec "${CMD[@]}"
+show_and_exec "${CMD[@]}"

@@ -28,8 +28,8 @@
 set -euo pipefail
 ME=launch/sft_multinode_slurm.sh  # under sbatch, $0 is a copy in SLURM's spool directory
 ROOT=${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-die() { echo "$ME: $*" >&2; exit 2; }
-from_root() { local p; p="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; echo "${p#"$ROOT"/}"; }
+# shellcheck source=launch/_lib.sh
+source "$ROOT/launch/_lib.sh"
 
 # first host of a SLURM nodelist: `scontrol show hostnames` when there is one, else "a,b" -> a,
 # "node[01-04,07],x" -> node01 (one bracket group; set MAIN_PROCESS_IP for anything fancier)
@@ -65,9 +65,7 @@ GPUS_PER_NODE=${GPUS_PER_NODE##*:}  # SLURM_GPUS_PER_NODE may read "h100:4"
 NODELIST=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-localhost}}
 MAIN_PROCESS_IP=${MAIN_PROCESS_IP:-$(first_host "$NODELIST")}
 MAIN_PROCESS_PORT=${MAIN_PROCESS_PORT:-29500}
-if [ -z "${ACCELERATE:-}" ]; then
-  if [ -x .venv/bin/accelerate ]; then ACCELERATE=.venv/bin/accelerate; else ACCELERATE=accelerate; fi
-fi
+ACCELERATE=${ACCELERATE:-$(venv_tool accelerate)}
 
 # every node runs HEAD --machine_rank <its SLURM_NODEID> TAIL
 HEAD=("$ACCELERATE" launch --config_file "$ACCEL_CONFIG"

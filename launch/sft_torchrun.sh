@@ -20,23 +20,8 @@
 set -euo pipefail
 ME=$(basename "$0")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-die() { echo "$ME: $*" >&2; exit 2; }
-from_root() { local p; p="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; echo "${p#"$ROOT"/}"; }
-
-# visible GPUs: none without nvidia-smi; else CUDA_VISIBLE_DEVICES when set (""/-1 = none), else nvidia-smi -L
-visible_gpus() {
-  if ! command -v nvidia-smi > /dev/null; then
-    echo 0
-  elif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    local ids
-    case $CUDA_VISIBLE_DEVICES in
-      "" | -1) echo 0 ;;
-      *) IFS=, read -ra ids <<< "$CUDA_VISIBLE_DEVICES"; echo "${#ids[@]}" ;;
-    esac
-  else
-    { nvidia-smi -L 2> /dev/null || true; } | grep -c '^GPU' || true
-  fi
-}
+# shellcheck source=launch/_lib.sh
+source "$ROOT/launch/_lib.sh"
 
 [ $# -ge 1 ] || die "usage: $ME CONFIG [-- extra recipe flags...]"
 CONFIG=$1
@@ -51,9 +36,7 @@ if [ -z "${NPROC_PER_NODE:-}" ]; then
   if [ "$NPROC_PER_NODE" -lt 1 ]; then NPROC_PER_NODE=1; fi
 fi
 NNODES=${NNODES:-1}
-if [ -z "${TORCHRUN:-}" ]; then
-  if [ -x .venv/bin/torchrun ]; then TORCHRUN=.venv/bin/torchrun; else TORCHRUN=torchrun; fi
-fi
+TORCHRUN=${TORCHRUN:-$(venv_tool torchrun)}
 
 CMD=("$TORCHRUN" --nproc_per_node "$NPROC_PER_NODE")
 if [ "$NNODES" -le 1 ]; then
@@ -65,6 +48,4 @@ else
 fi
 CMD+=(-m r3forge.sft --config "$CONFIG" "$@")
 
-echo "+ $(printf '%q ' "${CMD[@]}")" >&2
-if [ "${DRY_RUN:-0}" = 1 ]; then exit 0; fi
-exec "${CMD[@]}"
+show_and_exec "${CMD[@]}"

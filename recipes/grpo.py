@@ -39,14 +39,15 @@ from transformers import set_seed
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
 from r3forge.agent.config import AgentScriptArguments
-from r3forge.agent.data import load_rows
+from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout, check_trl, parse, reward_summary
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
 from r3forge.config import save_config
+from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
-from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info, write_json
+from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info
 from r3forge.sft.train import load_model
 
 
@@ -59,7 +60,7 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
     set_seed(training.seed)
     if training.max_completion_length is None:
         raise ConfigError("max_completion_length: set the token budget of a whole rollout")
-    rows = load_rows(script.dataset, "train", script.heldout_fraction, env_config.observation,
+    rows = load_agent_rows(script.dataset, "train", script.heldout_fraction, env_config.observation,
                      script.max_train_questions, script.qa_format, script.example)  # fmt: skip
     train = datasets.Dataset.from_list(rows)
 

@@ -36,9 +36,10 @@ from transformers import set_seed
 from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
 from r3forge.config import parse_config, save_config
+from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.sft.config import SFT_CONFIGS, TASKS, SFTScriptArguments
-from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info, write_json
+from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info
 from r3forge.sft.taskeval import TaskEval, whole_questions
 from r3forge.sft.train import TASK_COLUMNS, check_deepspeed_launch, distributed_info, load_model, load_split
 

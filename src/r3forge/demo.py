@@ -28,7 +28,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from r3forge import __version__
 from r3forge.backends import GenerationRequest, HFLocalBackend
 from r3forge.config import parse_config, save_config
-from r3forge.data.synth_world import SynthWorldConfig, generate_world, write_world
+from r3forge.data.synth_world import SynthWorldConfig, generate_world
+from r3forge.data.world_files import write_world
 from r3forge.metrics import cover_batch, exact_match_batch, f1_batch, nte
 from r3forge.models import prepare_model, resolve_model
 

@@ -22,9 +22,11 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub import try_to_load_from_cache
 
+from r3forge.errors import ConfigError
 from r3forge.home import r3forge_home
 
 # files and folders that never change what a model computes
@@ -137,3 +139,16 @@ def _write_memo(memo: dict[str, list]) -> None:
         tmp = path.with_name(f"{DIGESTS}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(memo), encoding="utf-8")
         tmp.replace(path)
+
+
+def backend_model_id(backend: Any) -> str:
+    """A stable model id for a backend: `model_id`, its config's `model`, or the HF model's path, as
+    `model_identity` records it (a local folder by its content, not its machine-specific path)."""
+    for candidate in (
+        getattr(backend, "model_id", None),
+        getattr(getattr(backend, "config", None), "model", None),
+        getattr(getattr(getattr(backend, "model", None), "config", None), "name_or_path", None),
+    ):
+        if isinstance(candidate, str) and candidate:
+            return model_identity(candidate)
+    raise ConfigError("cannot tell the backend's model id: set EngineConfig.model (--model)")

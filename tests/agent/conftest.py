@@ -9,7 +9,7 @@ import pytest
 
 from r3forge.agent.rollout import Turn
 from r3forge.data.synth_world import SynthWorldConfig
-from r3forge.data.synth_world import main as write_world
+from r3forge.data.world_files import main as write_world
 from r3forge.retrieval import build_bm25_index
 
 

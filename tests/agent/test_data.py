@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from r3forge.agent.data import FilterConfig, filter_closed_book, hops, is_heldout, load_rows
+from r3forge.agent.data import FilterConfig, filter_closed_book, hops, is_heldout, load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig
 from r3forge.agent.reward import parse_completion
 from r3forge.agent.warmstart import WarmstartArgs, write_warmstart
@@ -13,10 +13,10 @@ from r3forge.backends.open import LLMConfig
 
 def test_split_is_disjoint_and_complete(world):
     path = str(world["questions"])
-    train = load_rows(path, "train", 0.3, "raw")
-    held = load_rows(path, "heldout", 0.3, "raw")
+    train = load_agent_rows(path, "train", 0.3, "raw")
+    held = load_agent_rows(path, "heldout", 0.3, "raw")
     assert {r["id"] for r in train}.isdisjoint({r["id"] for r in held})
-    assert len(train) + len(held) == len(load_rows(path, "all", 0.3, "raw")) == 30
+    assert len(train) + len(held) == len(load_agent_rows(path, "all", 0.3, "raw")) == 30
     assert all(is_heldout(r["id"], 0.3) for r in held)
     assert held[0]["prompt"][0]["content"].endswith(f"Question: {held[0]['question']}")
 
@@ -71,7 +71,7 @@ def test_gold_answers_that_normalize_to_nothing_are_dropped(tmp_path, capsys):
     rows = [{"question": "grade?", "answer": ["A+"]}, {"question": "both?", "answer": [")", "Paris"]},
             {"question": "city?", "answer": ["Rome"]}]  # fmt: skip
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    kept = load_rows(str(path), "all", 0.0)
+    kept = load_agent_rows(str(path), "all", 0.0)
     assert [r["answers"] for r in kept] == [["Paris"], ["Rome"]]
     assert (
         "dropped 1 all question(s) whose every gold answer normalizes to the empty string"

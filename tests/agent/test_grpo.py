@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from r3forge.agent.config import PAPER_DEFAULTS
-from r3forge.agent.data import load_rows
+from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
 from r3forge.agent.grpo import AgentRollout, parse, reward_summary
 from r3forge.agent.reward import answer_reward, format_reward
@@ -47,7 +47,7 @@ class Recorded:
 def trainer(world, smollm2_path, tmp_path_factory):
     tok = AutoTokenizer.from_pretrained(smollm2_path)
     model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
-    rows = load_rows(str(world["questions"]), "all", 0.0, "raw", limit=4, example=True)
+    rows = load_agent_rows(str(world["questions"]), "all", 0.0, "raw", limit=4, example=True)
     env = SearchEnv(
         load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1, doc_max_words=20)
     )

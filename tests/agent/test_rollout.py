@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from r3forge.agent.data import load_rows
+from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
 from r3forge.agent.rollout import (
     CORRECTION,
@@ -90,7 +90,7 @@ def test_real_policy_logprobs_match_a_forward_pass_over_the_kept_ids(world, smol
     completion's own ids (no re-tokenization anywhere), and masked runs are exactly environment pieces."""
     model, tok = smol
     torch.manual_seed(0)
-    rows = load_rows(str(world["questions"]), "all", 0.0, "raw", limit=3, example=True)
+    rows = load_agent_rows(str(world["questions"]), "all", 0.0, "raw", limit=3, example=True)
     env = SearchEnv(
         load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1, doc_max_words=20)
     )

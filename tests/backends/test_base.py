@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import email.utils
-import time
-
-import httpx
 import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion
 
 from r3forge.backends import GenerationBackend, GenerationRequest, OpenAIHTTPBackend
 from r3forge.backends.base import split_reasoning, truncate_at_stop
-from r3forge.backends.openai_http import _parse_chat, _parse_completion, _retry_after
+from r3forge.backends.openai_http import _parse_chat, _parse_completion
 
 
 def test_request_validation():
@@ -133,12 +129,3 @@ def test_parse_completion_without_reasoning_parser():
     assert (choice.reasoning, choice.text) == ("Short question.", "Paris")
     assert choice.token_ids == [1, 2]  # from the token_id:N strings when the server sent no token_ids
     assert choice.top_logprobs == [{1: -0.5, 9: -1.5}, {2: -0.2}]
-
-
-def test_retry_after_header_forms():
-    assert _retry_after(httpx.Headers({"retry-after-ms": "250", "retry-after": "9"})) == 0.25
-    assert _retry_after(httpx.Headers({"retry-after": "2"})) == 2.0
-    date = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 25 < _retry_after(httpx.Headers({"retry-after": date})) <= 30
-    assert _retry_after(httpx.Headers({})) is None
-    assert _retry_after(httpx.Headers({"retry-after": "soon"})) is None

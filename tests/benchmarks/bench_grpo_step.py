@@ -30,7 +30,7 @@ import datasets
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
 
-from r3forge.agent.data import load_rows
+from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout
 from r3forge.agent.reward import answer_reward
@@ -91,7 +91,9 @@ def main() -> None:
     p.add_argument("--reranker_model", default="")
     a = p.parse_args()
     path = resolve_model(a.model)
-    rows = load_rows(a.questions, "train", 0.2, "verbal" if a.reranker_url else "raw", limit=64, example=True)
+    rows = load_agent_rows(
+        a.questions, "train", 0.2, "verbal" if a.reranker_url else "raw", limit=64, example=True
+    )
     data = datasets.Dataset.from_list(rows)
     rollout_cfg = RolloutConfig(max_turns=2, max_turn_tokens=48, max_obs_tokens=160)
     env_cfg = EnvConfig(observation="verbal" if a.reranker_url else "raw", num_retrieve=3, num_shown=2,

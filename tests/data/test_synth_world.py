@@ -15,7 +15,8 @@ import pytest
 from datasets import load_from_disk
 
 from r3forge.data.records import split_flashrag_contents
-from r3forge.data.synth_world import FILES, SynthWorldConfig, World, generate_world, main, write_world
+from r3forge.data.synth_world import SynthWorldConfig, World, generate_world
+from r3forge.data.world_files import FILES, main, write_world
 
 SMALL = {"num_passages": 200, "num_questions": 60, "seed": 7}
 

@@ -9,19 +9,15 @@ import math
 import matplotlib.image
 import pytest
 
-from r3forge.evalrag.report import (
+from r3forge.evalrag.plots import (
     DPI,
     FIG_SIZE,
-    aggregate,
-    best_threshold,
-    config_label,
-    load_rows,
     plot_f1_vs_threshold,
     plot_ndcg_vs_f1,
     plot_pareto,
-    table_markdown,
     write_report,
 )
+from r3forge.evalrag.report import aggregate, best_threshold, config_label, load_eval_rows, table_markdown
 
 # (dataset, method, top_m, threshold) -> [(f1, tk) for q1, q2]; means in the comments
 SWEEP = {
@@ -241,11 +237,11 @@ def test_load_rows(tmp_path) -> None:
     rows = make_rows()[:2]
     good = tmp_path / "rows.jsonl"
     good.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n")
-    assert load_rows(good) == rows
+    assert load_eval_rows(good) == rows
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n\n" + '{"dataset": "hotpotqa",\n')
     with pytest.raises(ValueError, match=rf"{bad}:3: invalid JSON"):
-        load_rows(bad)
+        load_eval_rows(bad)
     bad.write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
     with pytest.raises(ValueError, match=rf"{bad}:2: expected a JSON object, got list"):
-        load_rows(bad)
+        load_eval_rows(bad)

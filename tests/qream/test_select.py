@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from r3forge.qream.select import Candidate, hard_filter, s_fact, s_perf, select_golden
+from r3forge.qream.select import RewriteCandidate, hard_filter, s_fact, s_perf, select_golden
 
 
 @pytest.mark.parametrize(
@@ -47,8 +47,8 @@ def test_scores() -> None:
     assert s_fact([]) == 0.0 and s_fact([True, False]) == 0.5
 
 
-def cand(i: int, rnd: int, passes: bool, perf: float, fact: float) -> Candidate:
-    return Candidate(i, rnd, f"c{i}", passes, perf, fact)
+def cand(i: int, rnd: int, passes: bool, perf: float, fact: float) -> RewriteCandidate:
+    return RewriteCandidate(i, rnd, f"c{i}", passes, perf, fact)
 
 
 def test_dual_selects_max_s_total_among_passing() -> None:

@@ -21,17 +21,9 @@ from r3forge.annotate.jobs import VERBAL_CONFIGS
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag.pipeline import EVAL_CONFIGS
+from r3forge.quickstart.plan import STAGE_NAMES, QuickstartConfig, build_stages
 from r3forge.quickstart.report import write_report
-from r3forge.quickstart.stages import (
-    STAGE_NAMES,
-    QuickstartConfig,
-    StageFailed,
-    build_stages,
-    fill,
-    find_run,
-    main,
-    read_state,
-)
+from r3forge.quickstart.stages import StageFailed, fill, find_run, main, read_state
 from r3forge.sft.config import SFT_CONFIGS
 
 TINY = dict(world_passages=200, world_questions=30, annotate_questions=2)

@@ -23,10 +23,10 @@ from typing import Any, Literal
 from r3forge.agent.reward import answerable
 from r3forge.backends.base import GenerationRequest
 from r3forge.backends.open import LLMConfig, open_llm
+from r3forge.data.jsonio import write_jsonl
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import exact_match, normalize_answer
-from r3forge.sft.run import write_jsonl
 
 INSTRUCTION_VERBAL = (
     "Answer the question. Think step by step. When you are missing a fact, search for it with "
@@ -75,7 +75,7 @@ def is_heldout(question_id: Any, fraction: float) -> bool:
     return hashlib.sha256(str(question_id).encode("utf-8")).digest()[0] / 256 < fraction
 
 
-def load_rows(path: str, split: str, heldout_fraction: float, observation: str = "verbal",
+def load_agent_rows(path: str, split: str, heldout_fraction: float, observation: str = "verbal",
               limit: int | None = None, qa_format: str = "auto", example: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     """The `split` ("train" | "heldout" | "all") rows of a QA file, first `limit` of them.
 

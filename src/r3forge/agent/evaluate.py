@@ -24,14 +24,14 @@ from typing import Any, Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from r3forge.agent.data import load_rows
+from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.reward import answer_reward_one, parse_completion
 from r3forge.agent.rollout import HFPolicy, Policy, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
 from r3forge.config import save_config
+from r3forge.data.jsonio import write_json, write_jsonl
 from r3forge.metrics.qa import answer_in_text, exact_match, f1_score
 from r3forge.models import resolve_model
-from r3forge.sft.run import write_json, write_jsonl
 
 
 @dataclass
@@ -130,7 +130,7 @@ def main(
     out.mkdir(parents=True, exist_ok=True)
     save_config((config, search, env_config, rollout), out / "config.yaml")
     torch.manual_seed(config.seed)
-    rows = load_rows(config.dataset, config.split, config.heldout_fraction, env_config.observation,
+    rows = load_agent_rows(config.dataset, config.split, config.heldout_fraction, env_config.observation,
                      config.max_questions, config.qa_format, config.example)  # fmt: skip
     start = time.time()
     scored = []

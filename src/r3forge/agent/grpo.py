@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import runpy
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED
 from r3forge.agent.env import SearchEnv
 from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
 from r3forge.config import parse_config
+from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
 
 
@@ -111,9 +111,8 @@ class AgentRollout:
         for name, value in metrics.items():
             trainer._log_metric(name, value)  # averaged per logging step like TRL's own metrics
         if self.log_path is not None and trainer.accelerator.is_main_process:
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                for r in rollouts:
-                    f.write(json.dumps(rollout_row(r, self.tokenizer, trainer.state.global_step)) + "\n")
+            step = trainer.state.global_step
+            append_jsonl(self.log_path, [rollout_row(r, self.tokenizer, step) for r in rollouts])
 
 
 def reward_summary(log_history: list[dict[str, Any]], window: int = 10) -> dict[str, Any]:

@@ -32,15 +32,15 @@ from typing import Any
 
 import torch
 
-from r3forge.agent.data import load_rows
+from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, EnvCounters, SearchConfig, SearchEnv, open_env
 from r3forge.agent.evaluate import EvalAgentConfig, open_policy
 from r3forge.agent.reward import parse_completion
 from r3forge.agent.rollout import Encoder, Policy, RolloutConfig, encode_prompt, run_rollouts, turn_action
 from r3forge.config import save_config
+from r3forge.data.jsonio import write_json, write_jsonl
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import exact_match, f1_score, normalize_answer
-from r3forge.sft.run import write_json, write_jsonl
 
 STRATEGIES = ("naive", "naive_unique", "relevance")
 
@@ -166,7 +166,7 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_config((config, tts, search, env_config, rollout), out / "config.yaml")
-    rows = load_rows(config.dataset, config.split, config.heldout_fraction, env_config.observation,
+    rows = load_agent_rows(config.dataset, config.split, config.heldout_fraction, env_config.observation,
                      config.max_questions, config.qa_format, config.example)  # fmt: skip
     summary: dict[str, Any] = {"questions": len(rows), "samples": tts.samples, "model": config.model}
     results: dict[str, list[dict[str, Any]]] = {}

@@ -25,8 +25,8 @@ from typing import Any
 from r3forge.agent.data import hops, instruction, is_heldout, trajectory
 from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv, open_env
 from r3forge.agent.reward import answerable
+from r3forge.data.jsonio import write_jsonl
 from r3forge.data.loaders import load_qa
-from r3forge.sft.run import write_jsonl
 
 
 @dataclass

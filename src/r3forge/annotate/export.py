@@ -28,7 +28,7 @@ import datasets
 
 from r3forge.annotate import paraphrase, templates
 from r3forge.annotate.judge import approvals
-from r3forge.annotate.verbal import PROMPT_VERSION, completion_text, load_template, render
+from r3forge.annotate.verbal import PROMPT_VERSION, annotation_text, load_template, render
 from r3forge.errors import ConfigError
 from r3forge.synth.export import load_accepted
 from r3forge.synth.store import read_manifest
@@ -67,7 +67,7 @@ def sft_row(record: dict[str, Any], template: str, system_prompt: str = "") -> d
     """One accepted annotation (flat: question, doc_*, comment, score) -> a prompt/completion row."""
     user = render(template, record["question"], record["doc_title"], record["doc_text"])
     prompt = chat_prompt(user, system_prompt)
-    completion = [{"role": "assistant", "content": completion_text(record["comment"], int(record["score"]))}]
+    completion = [{"role": "assistant", "content": annotation_text(record["comment"], int(record["score"]))}]
     return {
         "prompt": prompt,
         "completion": completion,

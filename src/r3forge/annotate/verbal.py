@@ -74,7 +74,7 @@ def render(template: str, question: str, title: str, document: str) -> str:
     return templates.fill(template, {"question": question, "title": title, "document": document})
 
 
-def completion_text(comment: str, score: int) -> str:
+def annotation_text(comment: str, score: int) -> str:
     """The canonical two-field answer (the student's SFT target)."""
     return f"Comment: {comment}\nScore: {score}"
 

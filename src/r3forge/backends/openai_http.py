@@ -25,9 +25,7 @@ answer only.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import os
-import random
 import re
 import time
 from collections import Counter
@@ -47,6 +45,7 @@ from r3forge.backends.base import (
     split_reasoning,
     with_n_choices,
 )
+from r3forge.retry import Backoff, retry_after, retryable_status
 
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
@@ -104,7 +103,9 @@ class OpenAIHTTPBackend:
     def __init__(self, config: OpenAIHTTPConfig | None = None):
         self.config = config or OpenAIHTTPConfig()
         self.stats = HTTPStats()
-        self._rng = random.Random(self.config.jitter_seed)
+        cfg = self.config
+        self._backoff = Backoff(cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, cfg.max_retry_after_s,
+                                cfg.jitter_seed)  # fmt: skip
         self._model = self.config.model
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
@@ -194,27 +195,24 @@ class OpenAIHTTPBackend:
         cfg, start = self.config, time.monotonic()
         for attempt in range(cfg.max_retries + 1):
             self.stats.attempts += 1
-            retry_after = None
+            server_says = None
             try:
                 async with semaphore:
                     return await call(**params)
             except openai.APIStatusError as e:
-                if not _retryable_status(e.status_code):
+                if not retryable_status(e.status_code):
                     raise BackendError(
                         f"{what} at {cfg.base_url} failed with HTTP {e.status_code} (not retried): {e.message}"
                     ) from e
                 reason, error = str(e.status_code), e
-                retry_after = _retry_after(e.response.headers)
+                server_says = retry_after(e.response.headers)
             except openai.APITimeoutError as e:
                 reason, error = "timeout", e
             except openai.APIConnectionError as e:
                 reason, error = "connection", e
             if attempt == cfg.max_retries:
                 break
-            expo = min(cfg.backoff_max_s, cfg.backoff_base_s * 2**attempt)
-            delay = expo * (0.5 + 0.5 * self._rng.random())  # "equal jitter": spreads synchronized retries
-            if retry_after is not None:
-                delay = min(retry_after, cfg.max_retry_after_s) + 0.1 * self._rng.random()
+            delay = self._backoff.delay(attempt, server_says)
             self.stats.retries += 1
             self.stats.retries_by_reason[reason] += 1
             self.stats.retry_wait_s += delay
@@ -229,26 +227,6 @@ class OpenAIHTTPBackend:
             f"{what} at {cfg.base_url} failed after {cfg.max_retries + 1} attempts in "
             f"{time.monotonic() - start:.1f}s; last error ({reason}): {error!r}.{hint}"
         ) from error
-
-
-def _retryable_status(status: int) -> bool:
-    return status in (408, 409, 429) or status >= 500
-
-
-def _retry_after(headers) -> float | None:
-    """Seconds from `retry-after-ms` or `retry-after` (seconds or an HTTP date); None when absent."""
-    try:
-        if (ms := headers.get("retry-after-ms")) is not None:
-            return max(0.0, float(ms) / 1000)
-        if (value := headers.get("retry-after")) is None:
-            return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value)
-            return max(0.0, when.timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def _key(token: str) -> TokenKey:

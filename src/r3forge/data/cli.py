@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from r3forge.config import parse_config
-from r3forge.data import synth_world
+from r3forge.data import synth_world, world_files
 from r3forge.data.loaders import load_corpus, load_qa, summarize
 from r3forge.errors import ConfigError
 
@@ -76,7 +76,7 @@ def pool(config: PoolConfig) -> dict:
 
 def synth_world_main(argv: list[str]) -> int:
     (cfg,) = parse_config((synth_world.SynthWorldConfig,), argv, prog="r3forge data synth-world")
-    synth_world.main(cfg)
+    world_files.main(cfg)
     return 0
 
 

@@ -371,35 +371,3 @@ QA_CONVERTERS: dict[str, Converter] = {
 }
 CORPUS_CONVERTERS: dict[str, Converter] = {"flashrag_corpus": flashrag_passage, "passages": plain_passage}
 DEFAULT_SOURCES = {name: name for name in QA_CONVERTERS} | {"hotpotqa_hf": "hotpotqa"}
-
-
-def guess_format(record: Any, name: str = "") -> str | None:
-    """Format name from a first record's keys (and the file/dataset `name` for look-alikes); None if unknown."""
-    if isinstance(record, tuple):
-        return "passages"
-    if not isinstance(record, dict):
-        return None
-    keys = set(record)
-    paragraphs = record.get("paragraphs")
-    first_paragraph = paragraphs[0] if isinstance(paragraphs, list) and paragraphs else {}
-    if "contents" in keys:
-        return "flashrag_corpus"
-    if "golden_answers" in keys:
-        return "flashrag"
-    if {"context", "supporting_facts"} <= keys:
-        return "hotpotqa_hf" if isinstance(record["context"], dict) else "hotpotqa"
-    if "question_decomposition" in keys or (
-        isinstance(first_paragraph, dict) and "paragraph_text" in first_paragraph
-    ):
-        return "musique"
-    if "possible_answers" in keys:
-        return "popqa"
-    if "question_id" in keys or "turns" in keys:
-        return "triviaqa"
-    if {"question", "context"} <= keys and isinstance(record["context"], str):
-        return "squad"
-    if {"question", "answer"} <= keys:
-        return "ambigqa" if "ambig" in name.lower() else "nq_open"
-    if "text" in keys and "question" not in keys:
-        return "passages"
-    return None

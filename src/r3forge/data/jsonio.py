@@ -1,4 +1,11 @@
-"""Line-numbered reading of JSON lines, JSON arrays and top-level JSON objects.
+"""The one JSON I/O module: line-numbered reading of JSON lines, JSON arrays and top-level JSON objects, and
+the writers every run file goes through (`write_json`, `write_jsonl`, `append_jsonl`).
+
+Writers share one policy for numbers JSON has no word for: NaN (an undefined metric, e.g. the Spearman of a
+constant) is written as `null`; +-inf stays a float (JSON's `Infinity` / `-Infinity`, which Python's `json`
+and pandas read back: `eval rag`'s threshold T_p = -inf means "admit everything" and must survive a round
+trip). Tensors and NumPy scalars become floats; anything else unknown its `str`. Whole-file writes are
+atomic (a kill mid-write leaves the old file) and create the parent folder.
 
 Every reader yields `(line, value)` pairs, where `line` is the 1-based line on which the value starts, so
 callers can report "file:line: what is wrong". Three layouts are understood:
@@ -16,8 +23,9 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -159,3 +167,64 @@ class _DocumentReader:
         line = self.line()
         column = self.pos - (self.text.rfind("\n", 0, self.pos) + 1) + 1
         return DataFormatError(self.path, line, f"invalid JSON at column {column}: {message}")
+
+
+def finite(value: Any) -> Any:
+    """NaN -> None, recursively through dicts, lists and tuples; +-inf kept.
+
+    >>> finite({"rho": float("nan"), "t": [float("-inf"), 0.5]})
+    {'rho': None, 't': [-inf, 0.5]}
+    """
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def _default(value: Any) -> Any:
+    """A tensor / NumPy scalar -> float (NaN -> None); anything else -> str."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return None if math.isnan(number) else number
+
+
+def dumps(value: Any, indent: int | None = None) -> str:
+    """One value as JSON text under the module's policy (no trailing newline)."""
+    return json.dumps(finite(value), indent=indent, ensure_ascii=False, default=_default)
+
+
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_json(path: Path, payload: Any, indent: int = 1) -> None:
+    """`payload` as one JSON document (indented), atomically."""
+    _replace(Path(path), dumps(payload, indent) + "\n")
+
+
+def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
+    """One JSON value a line, atomically."""
+    _replace(Path(path), "".join(dumps(row) + "\n" for row in rows))
+
+
+def append_jsonl(path: Path, rows: Iterable[Any]) -> None:
+    """Append one JSON value a line (a log that grows while a run goes on: metrics, rollouts)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.writelines(dumps(row) + "\n" for row in rows)
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """Every value of a JSON lines file ([] when it does not exist); a bad line raises `DataFormatError`
+    naming it."""
+    path = Path(path)
+    return [value for _, value in _iter_jsonl(path)] if path.is_file() else []

@@ -38,7 +38,6 @@ from r3forge.data.formats import (
     Converter,
     RecordContext,
     RecordError,
-    guess_format,
 )
 from r3forge.data.jsonio import detect_layout, first_record, iter_json_records
 from r3forge.data.records import PASSAGE_FEATURES, QA_FEATURES
@@ -92,6 +91,38 @@ def parse_hub_uri(uri: str) -> HubSpec:
     if match is None:
         raise ValueError(f"not a Hub dataset URI: {uri!r} (expected hf://org/name[:config][@split])")
     return HubSpec(**match.groupdict())
+
+
+def guess_format(record: Any, name: str = "") -> str | None:
+    """Format name from a first record's keys (and the file/dataset `name` for look-alikes); None if unknown."""
+    if isinstance(record, tuple):
+        return "passages"
+    if not isinstance(record, dict):
+        return None
+    keys = set(record)
+    paragraphs = record.get("paragraphs")
+    first_paragraph = paragraphs[0] if isinstance(paragraphs, list) and paragraphs else {}
+    if "contents" in keys:
+        return "flashrag_corpus"
+    if "golden_answers" in keys:
+        return "flashrag"
+    if {"context", "supporting_facts"} <= keys:
+        return "hotpotqa_hf" if isinstance(record["context"], dict) else "hotpotqa"
+    if "question_decomposition" in keys or (
+        isinstance(first_paragraph, dict) and "paragraph_text" in first_paragraph
+    ):
+        return "musique"
+    if "possible_answers" in keys:
+        return "popqa"
+    if "question_id" in keys or "turns" in keys:
+        return "triviaqa"
+    if {"question", "context"} <= keys and isinstance(record["context"], str):
+        return "squad"
+    if {"question", "answer"} <= keys:
+        return "ambigqa" if "ambig" in name.lower() else "nq_open"
+    if "text" in keys and "question" not in keys:
+        return "passages"
+    return None
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:

@@ -1,7 +1,7 @@
 """Synthetic world generator: the project's own embedded demo data.
 
 From one seed it invents a fictional world (countries, cities, people, organisations, works; the facts
-are the relations in `world_text.RELATIONS`) and writes
+are the relations in `world_text.RELATIONS`) with (`world_files` writes them out)
 
 * a passage corpus: every fact is stated in one or more *primary* passages; some facts are restated in
   *paraphrase* passages; near-duplicate "twin" entities ("Veloria Tamsin" vs "Veloria Tamsen") with
@@ -19,22 +19,14 @@ The corpus size is approximate: entity counts are derived from `num_passages` an
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import shutil
-import tempfile
-import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-import datasets
 from datasets import Dataset
 
 from r3forge.data import world_text as wt
-from r3forge.data.records import PASSAGE_FEATURES, QA_FEATURES, flashrag_contents, passage_record, qa_record
+from r3forge.data.records import PASSAGE_FEATURES, QA_FEATURES, passage_record, qa_record
 from r3forge.data.world_text import ENTITY_TYPES, RELATIONS, NameForge
 from r3forge.errors import ConfigError
 
@@ -47,15 +39,6 @@ MIN_COUNT = {"country": 2, "city": 4, "person": 8, "organisation": 3, "work": 4}
 PASSAGES_PER_ENTITY = {"country": 1, "city": 1, "person": 2, "organisation": 2, "work": 1}
 LITERAL_CHOICES = {"occupation": wt.OCCUPATIONS, "field": wt.FIELDS, "genre": wt.GENRES}
 MIN_SIZE = {"num_passages": 50, "num_questions": 1, "passages_per_question": 3}
-FILES = {
-    "corpus": "corpus.jsonl",
-    "questions": "questions.jsonl",
-    "passages": "passages.jsonl",
-    "hf_corpus": "hf/corpus",
-    "hf_questions": "hf/questions",
-    "world": "world.json",
-    "readme": "README.md",
-}
 
 
 def _help(default: Any, text: str) -> Any:
@@ -413,96 +396,3 @@ def generate_world(config: SynthWorldConfig) -> World:
         corpus=Dataset.from_list(corpus, features=PASSAGE_FEATURES),
         questions=Dataset.from_list(questions, features=QA_FEATURES),
     )
-
-
-def summarize(world: World) -> Row:
-    """Counts for the README card and the CLI summary line."""
-    metas = [json.loads(m) for m in world.questions["metadata"]]
-    count = lambda items: dict(sorted(Counter(items).items()))  # noqa: E731
-    return {
-        "seed": world.config.seed,
-        "passages": len(world.corpus),
-        "passage_kinds": count(p["kind"] for p in world.passage_meta),
-        "questions": len(world.questions),
-        "question_types": count(m["type"] for m in metas),
-        "question_relations": count("+".join(m["relations"]) for m in metas),
-        "entities": count(e["type"] for e in world.entities),
-        "facts": len(world.facts),
-    }
-
-
-def _write_jsonl(path: Path, rows: Any) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def _write_files(world: World, out: Path) -> None:
-    corpus = [{"id": r["id"], "contents": flashrag_contents(r["title"], r["text"])} for r in world.corpus]
-    _write_jsonl(out / FILES["corpus"], corpus)
-    _write_jsonl(out / FILES["passages"], world.corpus)
-    rows = []
-    for q in world.questions:
-        meta = json.loads(q["metadata"]) | {"gold_passage_ids": q["gold_passage_ids"]}
-        meta["sub_questions"] = q["sub_questions"]
-        meta["passages"] = [{"id": p["id"], "relevance": p["relevance"]} for p in q["passages"]]
-        rows.append(
-            {"id": q["id"], "question": q["question"], "golden_answers": q["answers"], "metadata": meta}
-        )
-    _write_jsonl(out / FILES["questions"], rows)
-    bars = not datasets.are_progress_bars_disabled()
-    datasets.disable_progress_bars()
-    try:
-        world.corpus.save_to_disk(str(out / FILES["hf_corpus"]))
-        world.questions.save_to_disk(str(out / FILES["hf_questions"]))
-    finally:
-        if bars:
-            datasets.enable_progress_bars()
-    config = {k: v for k, v in asdict(world.config).items() if k != "output_dir"}  # same world, same bytes
-    doc = {"config": config, "entities": world.entities, "facts": world.facts, "passages": world.passage_meta}
-    (out / FILES["world"]).write_text(json.dumps(doc, ensure_ascii=False, indent=1), encoding="utf-8")
-    (out / FILES["readme"]).write_text(
-        wt.readme_card(summarize(world), list(FILES.values())), encoding="utf-8"
-    )
-
-
-def write_world(world: World, output_dir: str | os.PathLike[str]) -> dict[str, Path]:
-    """Write `world` to `output_dir` atomically (a temp folder beside it, then rename); return the paths.
-
-    An existing synth-world folder is replaced; any other non-empty folder is refused (FileExistsError).
-    """
-    out = Path(output_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists() and any(out.iterdir()) and not (out / FILES["world"]).exists():
-        raise FileExistsError(f"{out}: exists and is not a synth-world folder; refusing to replace it")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the final folder gets the usual mode
-        _write_files(world, tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / "prev")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return {k: out / v for k, v in FILES.items()}
-
-
-def main(config: SynthWorldConfig) -> Row:
-    """Generate the world for `config`, write it to `config.output_dir`, print a one-line summary."""
-    t0 = time.perf_counter()
-    world = generate_world(config)
-    paths = write_world(world, config.output_dir)
-    s = summarize(world) | {"output_dir": config.output_dir, "seconds": round(time.perf_counter() - t0, 2)}
-    s["paths"] = {k: str(v) for k, v in paths.items()}
-    kinds = ", ".join(f"{v} {k}" for k, v in s["passage_kinds"].items())
-    types = ", ".join(f"{v} {k}" for k, v in s["question_types"].items())
-    line = f"synth-world seed={s['seed']}: {s['passages']} passages ({kinds}), {s['questions']} questions"
-    print(f"{line} ({types}) -> {s['output_dir']} in {s['seconds']}s")
-    return s

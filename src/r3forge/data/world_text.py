@@ -384,27 +384,3 @@ def compose(
             break
         sents.append((None, fillers.pop()))
     return " ".join(s for _, s in sents), {fid: i for i, (fid, _) in enumerate(sents) if fid}
-
-
-def readme_card(summary: dict, files: list[str]) -> str:
-    """The README.md card of a written world: seed, counts and the question-type histogram."""
-    counts = lambda d: ", ".join(f"{v} {k}" for k, v in d.items())  # noqa: E731
-    lines = [
-        "# Synthetic world (r3forge `synth_world`)",
-        "",
-        "A fictional world invented from one seed, so no model can answer these questions from memory.",
-        "",
-        f"- seed: {summary['seed']}",
-        f"- passages: {summary['passages']} ({counts(summary['passage_kinds'])})",
-        f"- entities: {counts(summary['entities'])}; facts: {summary['facts']}",
-        f"- questions: {summary['questions']} ({counts(summary['question_types'])})",
-        "",
-        "| question relations | count |",
-        "|---|---|",
-        *(f"| {k} | {v} |" for k, v in summary["question_relations"].items()),
-        "",
-        "Files: " + ", ".join(f"`{f}`" for f in files) + ".",
-        "Passage metadata (entity, facts stated, kind: primary / paraphrase / distractor / conflict) is in",
-        "`world.json`; conflict passages state a wrong value, hedged, and are never gold.",
-    ]
-    return "\n".join(lines) + "\n"

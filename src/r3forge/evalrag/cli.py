@@ -8,7 +8,8 @@ from pathlib import Path
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag import pipeline
-from r3forge.evalrag.report import load_rows, write_report
+from r3forge.evalrag.plots import write_report
+from r3forge.evalrag.report import load_eval_rows
 from r3forge.evalrag.tuning import write_tuned
 
 
@@ -24,7 +25,7 @@ def report_main(args: ReportArgs) -> dict:
         path = Path(run) / "rows.jsonl"
         if not path.is_file():
             raise ConfigError(f"runs: {run} has no rows.jsonl (not an `r3forge eval rag` run folder?)")
-        rows += load_rows(path)
+        rows += load_eval_rows(path)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = write_report(rows, out)

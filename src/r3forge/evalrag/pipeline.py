@@ -19,8 +19,6 @@ per sweep point, and an answer is generated once per distinct (question, evidenc
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
 from collections import Counter
@@ -32,13 +30,14 @@ from typing import Any
 from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.config import save_config
+from r3forge.data.jsonio import finite, write_json, write_jsonl
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.evalrag.answer import AnswerStep, evidence_sha
 from r3forge.evalrag.config import THRESHOLDED, EvalRagConfig, RerankModelsConfig
+from r3forge.evalrag.plots import write_report
 from r3forge.evalrag.qream_step import QreamStepConfig, add_twins, rewrite_all, rewrite_step, rewriter_config
 from r3forge.evalrag.rankers import score_method
-from r3forge.evalrag.report import write_report
 from r3forge.evalrag.tuning import write_tuned
 from r3forge.identity import identity_folder
 from r3forge.igp.select import SelectConfig, ig_stats, igp_select, rerank_by_ig, truncate
@@ -222,23 +221,6 @@ def run_ig_stats(
     return out
 
 
-def finite(value: Any) -> Any:
-    """NaN (an undefined metric) -> None; T_p = -inf stays a float (JSON `-Infinity`, read back by Python)."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(finite(r), ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(path)
-
-
 def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], roles: tuple[LLMConfig, LLM],
                 config: EvalRagConfig, qream: QreamStepConfig, stack: ExitStack) -> tuple[list[dict], list[dict]]:  # fmt: skip
     """The QREAM post-step: rewrite every kept evidence set, add the `<method>+qream` rows and their items."""
@@ -310,7 +292,7 @@ def eval_main(
         row.update(answers[row.pop("_key")])
     write_jsonl(out / "rows.jsonl", rows)
     stats = run_ig_stats(questions, scores, rows, config) | {"timings": timings, "answers": len(items)}
-    (out / "ig_stats.json").write_text(json.dumps(finite(stats), indent=1) + "\n", encoding="utf-8")
+    write_json(out / "ig_stats.json", stats)
     clean = [finite(r) for r in rows]
     report = write_report(clean, out)
     write_tuned(clean, out)

@@ -64,7 +64,7 @@ class QreamStepConfig:
 
 
 def rewriter_config(cfg: QreamStepConfig, generator: LLMConfig) -> LLMConfig:
-    """The rewriter's teacher config: the generator's, with the `rewriter_*` overrides."""
+    """The rewriter's model config: the generator's, with the `rewriter_*` overrides."""
     return role(generator, cfg, "rewriter")
 
 

@@ -7,7 +7,7 @@ that T_p and `none` are compared on the `test` half, per dataset, M and B. Two c
   cost there; none such: the `f1` choice). The IGP paper's claim is checked as stated in the issue: F1 not below the
 baseline while TK drops by at least half.
 
-    rows = tuned_comparison(load_rows("runs/eval/igp_world_cpu/rows.jsonl"))
+    rows = tuned_comparison(load_eval_rows("runs/eval/igp_world_cpu/rows.jsonl"))
     print(tuned_markdown(rows))
 
 `r3forge eval rag` and `eval report` write it as tuned.json and tuned.md next to table.md.

@@ -21,6 +21,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
+from scipy.stats import spearmanr
 
 Qrels = Mapping[Hashable, float] | Sequence[float]
 
@@ -171,20 +172,8 @@ def mrr(ranking: Sequence[Hashable], qrels: Qrels, at_k: int | None = None) -> f
     return float(mrr_batch([ranking], [qrels], at_k)[0])
 
 
-def _average_ranks(a: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``a``, ties get the mean of the ranks they span."""
-    order = np.argsort(a, kind="mergesort")
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(a))
-    sorted_a = a[order]
-    starts = np.r_[True, sorted_a[1:] != sorted_a[:-1]]
-    group = np.cumsum(starts)[inverse]  # 1-based tie-group id of each element
-    bounds = np.r_[np.flatnonzero(starts), len(a)]  # group g spans sorted positions bounds[g-1]:bounds[g]
-    return 0.5 * (bounds[group - 1] + bounds[group] + 1)
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman rank correlation with average ranks for ties (as ``scipy.stats.spearmanr``).
+    """Spearman rank correlation with average ranks for ties (`scipy.stats.spearmanr`).
 
     Returns nan when either side is constant (its ranks have zero variance) or holds a nan.
     Raises ValueError for different lengths or fewer than 2 points.
@@ -201,11 +190,6 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
         raise ValueError(f"x and y must be 1-D of the same length, got shapes {x.shape} and {y.shape}")
     if len(x) < 2:
         raise ValueError(f"spearman needs at least 2 points, got {len(x)}")
-    if np.isnan(x).any() or np.isnan(y).any():
-        return float("nan")
-    rx, ry = _average_ranks(x), _average_ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    denom = np.sqrt((rx * rx).sum() * (ry * ry).sum())
-    if denom == 0:
-        return float("nan")
-    return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
+    if np.isnan(x).any() or np.isnan(y).any() or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")  # scipy warns (ConstantInputWarning) and returns nan for a constant side
+    return float(np.clip(spearmanr(x, y).statistic, -1.0, 1.0))

@@ -40,7 +40,7 @@ from r3forge.models import resolve_model
 from r3forge.qream.rewrite import RewriteStep, first_tokens, ft_prompt, raw_retrieval, rewrite_item
 from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep, candidate_key, judge_lexical
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
-from r3forge.qream.select import Candidate, hard_filter, select_golden
+from r3forge.qream.select import RewriteCandidate, hard_filter, select_golden
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted
 from r3forge.synth.store import ShardSpec
@@ -118,18 +118,18 @@ class QreamModelsConfig:
 QREAM_CONFIGS = (QreamConfig, QreamModelsConfig, LLMConfig, RunConfig)
 
 
-def role(teacher: LLMConfig, models: QreamModelsConfig, name: str) -> LLMConfig:
-    """The teacher config of a role (reader / facts / judge): the rewriter's, with the role's overrides."""
+def role(rewriter: LLMConfig, models: QreamModelsConfig, name: str) -> LLMConfig:
+    """The model config of a role (reader / facts / judge): the rewriter's, with the role's overrides."""
     model, backend, url = (getattr(models, f"{name}_{k}") for k in ("model", "backend", "base_url"))
     if not (model or backend or url):
-        return teacher
-    serve = teacher.serve and not url and (backend or teacher.backend) == "openai"
-    return replace(teacher, model=model or teacher.model, backend=backend or teacher.backend,
-                   base_url=url or teacher.base_url, serve=serve)  # fmt: skip
+        return rewriter
+    serve = rewriter.serve and not url and (backend or rewriter.backend) == "openai"
+    return replace(rewriter, model=model or rewriter.model, backend=backend or rewriter.backend,
+                   base_url=url or rewriter.base_url, serve=serve)  # fmt: skip
 
 
-def _stage(run: RunConfig, name: str, teacher: LLM) -> EngineConfig:
-    return EngineConfig(output_dir=str(Path(run.output_dir) / name), model=teacher.model_id,
+def _stage(run: RunConfig, name: str, llm: LLM) -> EngineConfig:
+    return EngineConfig(output_dir=str(Path(run.output_dir) / name), model=llm.model_id,
                         batch_size=run.batch_size, concurrency=run.concurrency, progress=run.progress)  # fmt: skip
 
 
@@ -224,7 +224,7 @@ def select_all(rows: list[dict], mode: str) -> tuple[list[dict], Counter]:
         by_q.setdefault(r["question_id"], []).append(i)
     dropped: Counter = Counter()
     for idx in by_q.values():
-        cands = [Candidate(i, rows[i]["round"], rows[i]["document"], rows[i]["passes"], rows[i]["s_perf"],
+        cands = [RewriteCandidate(i, rows[i]["round"], rows[i]["document"], rows[i]["passes"], rows[i]["s_perf"],
                            rows[i]["s_fact"]) for i in idx]  # fmt: skip
         golden, reason = select_golden(cands, mode)  # type: ignore[arg-type]
         for i in idx:
@@ -329,7 +329,9 @@ def card(figures: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def qream_main(config: QreamConfig, models: QreamModelsConfig, teacher: LLMConfig, run: RunConfig) -> dict:
+def qream_main(
+    config: QreamConfig, models: QreamModelsConfig, rewriter_cfg: LLMConfig, run: RunConfig
+) -> dict:
     """Run every stage (resuming what is done) and write the golden set, SFT data, report and card."""
     if config.rounds < 1:
         raise ConfigError(f"rounds must be >= 1, got {config.rounds}")
@@ -357,9 +359,9 @@ def qream_main(config: QreamConfig, models: QreamModelsConfig, teacher: LLMConfi
                 opened[ident] = stack.enter_context(open_llm(cfg))
             return opened[ident]
 
-        rewriter = get(teacher)
+        rewriter = get(rewriter_cfg)
         names = ("reader", "facts") + (("judge",) if config.fact_judge == "llm" else ())
-        roles = {name: get(role(teacher, models, name)) for name in names}
+        roles = {name: get(role(rewriter_cfg, models, name)) for name in names}
         candidates = generate_candidates(config, targets, seeds, rewriter, run)
         rows = score_candidates(config, candidates, roles, run)
     rows, dropped = select_all(rows, config.selection)

@@ -77,7 +77,7 @@ def s_fact(supported: Sequence[bool]) -> float:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class RewriteCandidate:
     """One scored rewrite candidate of one question."""
 
     index: int  # position among the question's candidates
@@ -92,12 +92,14 @@ class Candidate:
         return (self.s_perf + self.s_fact) / 2
 
 
-def select_golden(candidates: Sequence[Candidate], mode: Mode = "dual") -> tuple[Candidate | None, str]:
+def select_golden(
+    candidates: Sequence[RewriteCandidate], mode: Mode = "dual"
+) -> tuple[RewriteCandidate | None, str]:
     """(golden candidate, "") or (None, why the question is dropped).
 
-    >>> a = Candidate(0, 1, "a", True, 0.5, 0.5)
-    >>> b = Candidate(1, 2, "b", True, 1.0, 0.0)   # same S_total as a: the earlier round wins
-    >>> c = Candidate(2, 3, "c", False, 1.0, 1.0)  # best scores, but fails the hard filter
+    >>> a = RewriteCandidate(0, 1, "a", True, 0.5, 0.5)
+    >>> b = RewriteCandidate(1, 2, "b", True, 1.0, 0.0)   # same S_total as a: the earlier round wins
+    >>> c = RewriteCandidate(2, 3, "c", False, 1.0, 1.0)  # best scores, but fails the hard filter
     >>> select_golden([a, b, c])[0].text, select_golden([a, b, c], "utility")[0].text
     ('a', 'b')
     >>> select_golden([c])

@@ -24,6 +24,7 @@ from matplotlib.ticker import MaxNLocator
 
 from r3forge import __version__
 from r3forge.annotate.report import annotation_report
+from r3forge.data.jsonio import read_jsonl
 
 AGENT_COLUMNS = (("em", "EM"), ("f1", "F1"), ("format_ok", "format ok"), ("searches_per_question", "searches / q"),
                  ("ra_r", "RA-R"), ("cue_r", "CUE-R"), ("reward", "reward"))  # fmt: skip
@@ -45,12 +46,6 @@ PAPER_SCALE = (
 
 def read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def fmt(value: Any) -> str:

@@ -4,14 +4,14 @@
     client.search(["who wrote Hamlet"], k=3)      # [[("hp12", 17.1), ...]]  (the Retriever protocol)
     client.retrieve(["who wrote Hamlet"], k=3)    # [[{"id", "title", "text", "contents", "score"}, ...]]
 
-Connection errors, timeouts and 5xx/429 answers are retried with exponential backoff and jitter; after
+Connection errors, timeouts and 408/409/429/5xx answers are retried with exponential backoff and jitter
+(`r3forge.retry`: the backend's policy, a server's Retry-After honoured); after
 `max_retries` retries a `RetrieverUnavailableError` names the URL and the number of attempts. A 4xx answer
 is the caller's mistake and raises `RetrievalError` with the server's message at once.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -19,8 +19,7 @@ import httpx
 
 from r3forge.data.records import split_flashrag_contents
 from r3forge.retrieval.base import Hit, RetrievalError, RetrieverUnavailableError, check_request
-
-RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+from r3forge.retry import Backoff, retry_after, retryable_status
 
 
 class RetrieverClient:
@@ -38,8 +37,7 @@ class RetrieverClient:
             raise RetrievalError(f"max_retries must be >= 0, got {max_retries}")
         self.url = url.rstrip("/")
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self._backoff = Backoff(max_retries, backoff, max_backoff)
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
 
     def __enter__(self) -> RetrieverClient:
@@ -90,27 +88,25 @@ class RetrieverClient:
             return []
         return self._request("POST", "/passages", {"ids": list(ids)})["passages"]
 
-    def _delay(self, attempt: int) -> float:
-        """Exponential backoff with equal jitter: half the step fixed, half random."""
-        step = min(self.max_backoff, self.backoff * 2**attempt)
-        return step / 2 + random.uniform(0, step / 2)
-
     def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         last = ""
         for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self._delay(attempt - 1))
+            server_says = None
             try:
                 response = self._http.request(method, path, json=payload)
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
-                continue
-            if response.status_code in RETRY_STATUS:
+            else:
+                if response.status_code < 400:
+                    return response.json()
+                if not retryable_status(response.status_code):
+                    raise RetrievalError(
+                        f"{self.url}{path}: HTTP {response.status_code}: {_detail(response)}"
+                    )
                 last = f"HTTP {response.status_code}: {_detail(response)}"
-                continue
-            if response.status_code >= 400:
-                raise RetrievalError(f"{self.url}{path}: HTTP {response.status_code}: {_detail(response)}")
-            return response.json()
+                server_says = retry_after(response.headers)
+            if attempt < self.max_retries:
+                time.sleep(self._backoff.delay(attempt, server_says))
         attempts = self.max_retries + 1
         raise RetrieverUnavailableError(
             f"{self.url}{path}: no answer after {attempts} attempts ({self.max_retries} retries); last error: {last}",

@@ -12,8 +12,6 @@ A folder that already holds a run is never overwritten silently: resume it or pa
 
 from __future__ import annotations
 
-import json
-import math
 import shutil
 import subprocess
 import time
@@ -27,6 +25,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 import r3forge
+from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
 
 AUTO = ("auto", "true", "latest", "last")
@@ -68,31 +67,6 @@ def prepare_output_dir(output_dir: str, resume: str | None, overwrite: bool) -> 
     return None
 
 
-def _finite(value: Any) -> Any:
-    """NaN/inf (an undefined Spearman) -> None, so the file is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value
-
-
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    """Write atomically (a kill mid-write leaves the old file); NaN becomes null."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_finite(payload), indent=1, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    """One JSON object a line, written atomically (the folder is created); NaN becomes null."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    text = "".join(json.dumps(_finite(row), default=str) + "\n" for row in rows)
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora: bool) -> dict[str, Any]:
     return {
         "recipe": recipe,
@@ -122,5 +96,4 @@ class MetricsJSONL(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
             row = {"step": state.global_step, "epoch": state.epoch, **logs}
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row, default=float) + "\n")
+            append_jsonl(self.path, [row])

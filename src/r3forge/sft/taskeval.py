@@ -23,10 +23,10 @@ from r3forge.annotate.report import agreement
 from r3forge.annotate.verbal import ParsedAnnotation, parse_annotation, score_token_index, token_decoder
 from r3forge.backends.base import Choice, GenerationRequest
 from r3forge.backends.hf_local import HFLocalBackend, HFLocalConfig
+from r3forge.data.jsonio import write_jsonl
 from r3forge.metrics.ranking import spearman
 from r3forge.qream.rewrite import strip_echo, trim_generation
 from r3forge.qream.score import ReaderStep
-from r3forge.sft.run import write_jsonl
 from r3forge.synth.engine import Rejected
 
 K_VALUES = (1, 3, 5)

@@ -20,7 +20,6 @@ _EXPORTS = {
     "Rejected": "engine",
     "RunSummary": "engine",
     "SynthesisStep": "engine",
-    "backend_model_id": "engine",
     "run_step": "engine",
     "HubConfig": "export",
     "export_dataset": "export",

@@ -7,7 +7,7 @@ Items are prompted in batches of `batch_size` and sent to the backend (`concurre
 each batch's records are appended to the store and fsync'd as soon as it comes back (see `store.py`:
 `kill -9` at any moment, rerun, and nothing is lost or duplicated). Parse failures go to the rejected file
 with the step's reason code, never to the accepted one. `--shard i/N` splits one job across nodes by a
-stable hash of each item's key; `merge_shards` (`python -m r3forge.synth merge`) combines the shard
+stable hash of each item's key; `merge_shards` (`r3forge synth merge`) combines the shard
 folders, writes Parquet and a dataset card, and can push to the Hub. A dry run prompts every pending item
 and prints request and prompt-token counts without generating. The command line is in `cli.py`.
 """
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from tqdm.auto import tqdm
 
 from r3forge.errors import ConfigError
-from r3forge.identity import model_identity
+from r3forge.identity import backend_model_id
 from r3forge.synth.export import export_dataset
 from r3forge.synth.store import (
     MANIFEST,
@@ -151,19 +151,6 @@ class RunSummary:
 class _Plan:
     pending: list[tuple[Any, str]]  # (item, or its index when items is indexable; cache key)
     indexable: bool
-
-
-def backend_model_id(backend: Any) -> str:
-    """A stable model id for a backend: `model_id`, its config's `model`, or the HF model's path, as
-    `model_identity` records it (a local folder by its content, not its machine-specific path)."""
-    for candidate in (
-        getattr(backend, "model_id", None),
-        getattr(getattr(backend, "config", None), "model", None),
-        getattr(getattr(getattr(backend, "model", None), "config", None), "name_or_path", None),
-    ):
-        if isinstance(candidate, str) and candidate:
-            return model_identity(candidate)
-    raise ConfigError("cannot tell the backend's model id: set EngineConfig.model (--model)")
 
 
 def _requests(step: SynthesisStep, item: dict) -> tuple[list, bool]:
