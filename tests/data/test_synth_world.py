@@ -193,7 +193,7 @@ def test_write_world_is_atomic(small: World, tmp_path: Path, monkeypatch: pytest
         (out / "corpus.jsonl").write_text("half")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("r3forge.data.synth_world._write_files", boom)
+    monkeypatch.setattr("r3forge.data.world_files._write_files", boom)
     with pytest.raises(KeyboardInterrupt):
         write_world(small, tmp_path / "world")
     assert os.listdir(tmp_path) == []
