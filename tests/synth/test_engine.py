@@ -24,6 +24,7 @@ import huggingface_hub
 import pytest
 
 from r3forge.backends import HFLocalBackend, HFLocalConfig
+from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.data.synth_world import SynthWorldConfig, generate_world
 from r3forge.errors import ConfigError
@@ -40,7 +41,6 @@ from r3forge.synth import (
     run_step,
 )
 from r3forge.synth.cli import MergeArgs, RunArgs
-from r3forge.synth.cli import main as synth_cli
 from r3forge.synth.export import HubConfig
 from r3forge.synth.store import MANIFEST, read_manifest, record_files
 
@@ -226,7 +226,12 @@ def test_shards_split_the_items_and_merge_equals_one_run(job, questions, hf_back
     assert not (shards[0] / "README.md").exists()  # a shard is not exported on its own
 
     single = set().union(*all_keys(out))
-    assert synth_cli(["merge", "--inputs", *map(str, shards), "--output_dir", str(tmp_path / "merged")]) == 0
+    assert (
+        run_command(
+            "synth", ["merge", "--inputs", *map(str, shards), "--output_dir", str(tmp_path / "merged")]
+        )
+        == 0
+    )
     assert set().union(*all_keys(tmp_path / "merged")) == single
     assert len(load_accepted(tmp_path / "merged")) + len(load_rejected(tmp_path / "merged")) == 8
     manifest = read_manifest(tmp_path / "merged")
