@@ -22,16 +22,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.reward import answer_reward_one, parse_completion
 from r3forge.agent.rollout import HFPolicy, Policy, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
+from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.config import save_config
 from r3forge.data.jsonio import write_json, write_jsonl
 from r3forge.metrics.qa import answer_in_text, exact_match, f1_score
-from r3forge.models import resolve_model
 
 
 @dataclass
@@ -65,17 +64,17 @@ class EvalAgentConfig:
     seed: int = field(default=0, metadata={"help": "Sampling seed (temperature > 0)."})
 
 
-def open_policy(config: EvalAgentConfig) -> tuple[Policy, Any]:
-    """The policy and its tokenizer."""
-    path = resolve_model(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+def open_policy(stack: ExitStack, config: EvalAgentConfig) -> tuple[Policy, Any]:
+    """The policy and its tokenizer, opened by `open_llm` (closed with `stack`)."""
+    llm = stack.enter_context(open_llm(LLMConfig(backend=config.policy_backend, model=config.model),
+                                       seed=config.seed))  # fmt: skip
     if config.policy_backend == "vllm":
-        from r3forge.backends.vllm_engine import VLLMEngineBackend, VLLMEngineConfig  # imports vllm (seconds)
-
-        engine = VLLMEngineBackend(VLLMEngineConfig(model=str(path), seed=config.seed))  # CPU/GPU settings
-        return VLLMPolicy(engine.llm, tokenizer.eos_token_id, config.temperature, config.top_p), tokenizer
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return HFPolicy(model, tokenizer, config.temperature, config.top_p, config.batch_size), tokenizer
+        return VLLMPolicy(
+            llm.backend.llm, llm.tokenizer.eos_token_id, config.temperature, config.top_p
+        ), llm.tokenizer
+    return HFPolicy(
+        llm.backend.model, llm.tokenizer, config.temperature, config.top_p, config.batch_size
+    ), llm.tokenizer
 
 
 def score_rollout(row: dict[str, Any], text: str, observations: list[Any]) -> dict[str, Any]:
@@ -136,7 +135,7 @@ def main(
     scored = []
     with ExitStack() as stack:
         env = open_env(stack, search, env_config)
-        policy, tokenizer = open_policy(config)
+        policy, tokenizer = open_policy(stack, config)
         for begin in range(0, len(rows), config.batch_size):
             chunk = rows[begin : begin + config.batch_size]
             ids = [encode_prompt(tokenizer, r["prompt"]) for r in chunk]

@@ -171,7 +171,7 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
     summary: dict[str, Any] = {"questions": len(rows), "samples": tts.samples, "model": config.model}
     results: dict[str, list[dict[str, Any]]] = {}
     with ExitStack() as stack:
-        policy, tokenizer = open_policy(config)
+        policy, tokenizer = open_policy(stack, config)
         env = open_env(stack, search, env_config)
         for strategy in tts.strategies:
             torch.manual_seed(config.seed)

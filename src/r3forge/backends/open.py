@@ -108,8 +108,9 @@ def load_tokenizer(name: str) -> Any:
 
 
 @contextmanager
-def open_llm(config: LLMConfig) -> Iterator[LLM]:
-    """Build the backend (starting a vLLM server first with `serve`), yield it, close everything."""
+def open_llm(config: LLMConfig, seed: int | None = None) -> Iterator[LLM]:
+    """Build the backend (starting a vLLM server first with `serve`), yield it, close everything. `seed`:
+    the vLLM engine's sampling seed (a sampled policy's), else the engine default."""
     with ExitStack() as stack:
         tokenizer, model_id = None, llm_identity(config)
         if config.backend == "hf":
@@ -123,6 +124,8 @@ def open_llm(config: LLMConfig) -> Iterator[LLM]:
                 if config.gpu_memory_utilization
                 else {}
             )
+            if seed is not None:
+                share["seed"] = seed
             backend = backends.build_backend(
                 VLLMEngineConfig(model=config.model, max_logprobs=config.max_logprobs, **share)
             )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from transformers import TrainerCallback
 from r3forge.annotate.report import agreement
 from r3forge.annotate.verbal import ParsedAnnotation, parse_annotation, score_token_index, token_decoder
 from r3forge.backends.base import Choice, GenerationRequest
-from r3forge.backends.hf_local import HFLocalBackend, HFLocalConfig
+from r3forge.backends.hf_local import HFLocalBackend
+from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.data.jsonio import write_jsonl
 from r3forge.metrics.ranking import spearman
 from r3forge.qream.rewrite import strip_echo, trim_generation
@@ -148,6 +150,7 @@ class TaskEval(TrainerCallback):
         self.reader_model, self.reader_few_shot = reader
         self.out_dir = out_dir
         self._reader: HFLocalBackend | None = None
+        self._opened = ExitStack()  # the reader, opened by open_llm on first use
         self.at_start = True
         self.history: list[dict] = []
 
@@ -161,7 +164,8 @@ class TaskEval(TrainerCallback):
             return verbal_metrics(records), records
         if self._reader is None:
             device = str(next(model.parameters()).device)
-            self._reader = HFLocalBackend.from_config(HFLocalConfig(model=self.reader_model, device=device))
+            reader = LLMConfig(backend="hf", model=self.reader_model, device=device)
+            self._reader = self._opened.enter_context(open_llm(reader)).backend
         rewrites = [rewrite_text(c) for c in choices]
         records = qream_records(self.rows, rewrites, self._reader, self.reader_few_shot)
         return qream_metrics(records), records
@@ -180,3 +184,7 @@ class TaskEval(TrainerCallback):
 
     def on_evaluate(self, args, state, control, model=None, **kwargs):
         self._log(model, state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._opened.close()  # a later evaluate() opens the reader again
+        self._reader = None

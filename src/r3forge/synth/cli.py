@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -79,22 +80,19 @@ def load_items(args: RunArgs) -> Sequence[dict]:
     return [record for _, record in iter_json_records(Path(args.input))]
 
 
-def build_backend(args: RunArgs) -> Any:
+def open_backend(stack: ExitStack, args: RunArgs) -> Any:
+    """The step's backend: a `module:attr` factory, or the model opened by `open_llm` (closed with `stack`)."""
     if ":" in args.backend:
         return _attr(args.backend, "--backend")()
-    from r3forge import backends  # imports torch / transformers / openai (~10 s): `merge` does not need them
+    if args.backend not in ("hf", "openai", "vllm"):
+        raise ConfigError(f"--backend: expected hf, openai, vllm or module:attr, got {args.backend!r}")
+    # imported here: torch / transformers / openai (~10 s), which `merge` and dry runs do not need
+    from r3forge.backends.open import LLMConfig, open_llm
 
-    if args.backend == "hf":
-        return backends.build_backend(backends.HFLocalConfig(model=args.backend_model, device=args.device))
-    if args.backend == "openai":
-        return backends.build_backend(
-            backends.OpenAIHTTPConfig(base_url=args.base_url, model=args.backend_model)
-        )
-    if args.backend == "vllm":
-        from r3forge.backends.vllm_engine import VLLMEngineConfig
-
-        return backends.build_backend(VLLMEngineConfig(model=args.backend_model))
-    raise ConfigError(f"--backend: expected hf, openai, vllm or module:attr, got {args.backend!r}")
+    llm = LLMConfig(
+        backend=args.backend, model=args.backend_model, base_url=args.base_url, device=args.device
+    )  # type: ignore[arg-type]
+    return stack.enter_context(open_llm(llm)).backend
 
 
 def merge(argv: Sequence[str]) -> int:
@@ -110,12 +108,9 @@ def run(argv: Sequence[str]) -> int:
     config.model = config.model or model_identity(args.backend_model, served=args.backend == "openai")
     if config.dry_run and not config.tokenizer and args.backend in ("hf", "vllm"):
         config.tokenizer = args.backend_model  # count prompt tokens without loading the model
-    backend = None if config.dry_run else build_backend(args)
-    try:
+    with ExitStack() as stack:
+        backend = None if config.dry_run else open_backend(stack, args)
         summary = run_step(step, load_items(args), backend, config)
-    finally:
-        if backend is not None:
-            backend.close()
     if not config.dry_run:
         push_from_config(config.output_dir, hub)
     print(json.dumps(asdict(summary)))
