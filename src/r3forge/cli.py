@@ -157,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"r3forge: unknown command '{name}'\n\n{usage()}", file=sys.stderr)
         return 2
     entry = COMMANDS[name][1]
-    if not isinstance(entry, str) and (not rest or rest[0] in ("-h", "--help") or rest[0] not in entry):
-        print(subcommand_usage(name, entry), file=sys.stdout if not rest or rest[0] in ("-h", "--help")
-              else sys.stderr)  # fmt: skip
-        if rest and rest[0] not in ("-h", "--help"):
-            print(f"r3forge {name}: error: unknown subcommand '{rest[0]}'", file=sys.stderr)
-            return 2
-        return 0
+    if not isinstance(entry, str) and (not rest or rest[0] not in entry):
+        if not rest or rest[0] in ("-h", "--help"):
+            print(subcommand_usage(name, entry))
+            return 0
+        print(subcommand_usage(name, entry), file=sys.stderr)
+        print(f"r3forge {name}: error: unknown subcommand '{rest[0]}'", file=sys.stderr)
+        return 2
     try:
         return run_command(name, rest)
     except (R3ForgeError, FileNotFoundError) as e:
