@@ -7,6 +7,7 @@ import math
 import pytest
 
 from r3forge.annotate.report import agreement
+from r3forge.annotate.verbal import expected_score
 
 
 def row(q: str, d: str, score: int, rel: int, rank: int, lp: float | None = -0.1) -> dict:
@@ -43,3 +44,22 @@ def test_a_rejected_gold_pair_counts_as_missed() -> None:
     labels = {("q1", "a"): 0, ("q1", "b"): 1}  # b was annotated but its output was rejected
     assert agreement(rows, labels, k_values=(2,))["ndcg@2"] == 0.0
     assert agreement(rows, k_values=(2,))["questions_with_gold"] == 0
+
+
+def test_expected_score_ranks_where_the_argmax_is_constant() -> None:
+    """A teacher that scores everything 1 still ranks by how much probability it puts on 2..5."""
+    lp = math.log
+    rows = [
+        row("q1", "a", 1, 0, 0) | {"expected_score": expected_score({"1": lp(0.9), "5": lp(0.1)})},
+        row("q1", "b", 1, 2, 1) | {"expected_score": expected_score({"1": lp(0.6), "4": lp(0.4)})},
+        row("q1", "c", 1, 0, 2) | {"expected_score": None},  # no digit logprobs: its argmax score (1)
+    ]
+    out = agreement(rows, k_values=(1,))
+    assert out["ndcg@1"] == out["input_order_ndcg@1"] == 0.0  # equal scores and logprobs: input order
+    assert out["expected_ndcg@1"] == 1.0
+    assert out["mean_expected_score_by_relevance"] == {"0": 1.4, "2": 2.2}
+
+
+def test_no_expected_figures_without_digit_logprobs() -> None:
+    out = agreement([row("q1", "a", 2, 0, 0), row("q1", "b", 4, 1, 1)], k_values=(1,))
+    assert "expected_ndcg@1" not in out and "mean_expected_score_by_relevance" not in out

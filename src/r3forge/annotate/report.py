@@ -4,7 +4,8 @@ agreement of the teacher's scores with gold relevance (NDCG@k of the teacher's r
     print(format_report(annotation_report("runs/annotate/verbal_hotpotqa_cpu")))
 
 The teacher ranks each question's annotated documents by score, ties broken by the score token's logprob
-(the Verbal-R3 ranking). NDCG@k is computed against the pairs' gold `relevance` (questions with at least one
+(the Verbal-R3 ranking); beside it, by its expected score sum_s s * p(s) over the five digit logprobs
+(renormalized), a signal that survives a teacher whose argmax is nearly constant. NDCG@k is computed against the pairs' gold `relevance` (questions with at least one
 relevant pair); `labels`, the gold of every pair that was sent (accepted or not), makes a rejected relevant
 document count as missed, as it would be for a student trained on the accepted pairs only. The input order
 (a retriever's ranking, or the dataset's order of a question's own passages) is the reference.
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from r3forge.annotate.verbal import expected_score
 from r3forge.metrics.ranking import ndcg_batch
 from r3forge.synth.export import load_accepted, load_rejected
 
@@ -42,12 +44,29 @@ def teacher_order(rows: list[dict]) -> list[str]:
     return [str(r["doc_id"]) for r in sorted(rows, key=key)]
 
 
+def expected_order(rows: list[dict]) -> list[str]:
+    """Doc ids by expected score (high first; the argmax score where a row has none), then input rank.
+
+    >>> expected_order([{"doc_id": "a", "score": 1, "expected_score": 1.2, "rank": 0},
+    ...                 {"doc_id": "b", "score": 1, "expected_score": 1.9, "rank": 1},
+    ...                 {"doc_id": "c", "score": 2, "expected_score": None, "rank": 2}])
+    ['c', 'b', 'a']
+    """
+
+    def key(r: dict) -> tuple:
+        e = r.get("expected_score")
+        return (-(e if e is not None else float(r["score"])), r.get("rank") or 0)
+
+    return [str(r["doc_id"]) for r in sorted(rows, key=key)]
+
+
 def agreement(
     rows: Iterable[Mapping[str, Any]],
     labels: Mapping[tuple[str, str], int | None] | None = None,
     k_values: Iterable[int] = K_VALUES,
 ) -> dict[str, Any]:
-    """NDCG@k of the teacher's ranking and of the input order vs gold relevance; mean score by label."""
+    """NDCG@k vs gold relevance of the teacher's ranking (argmax score, logprob tie-break), of its expected
+    score where rows carry `expected_score` (`expected_ndcg@k`) and of the input order; mean score by label."""
     by_q: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_q[str(r["question_id"])].append(dict(r))
@@ -69,13 +88,26 @@ def agreement(
     out["mean_score_by_relevance"] = {
         str(k): round(float(np.mean(v)), 3) for k, v in sorted(scores_by_label.items())
     }
+    expected_by_label: dict[int, list[float]] = defaultdict(list)
+    for q in by_q:
+        for r in by_q[q]:
+            if r.get("relevance") is not None and r.get("expected_score") is not None:
+                expected_by_label[int(r["relevance"])].append(float(r["expected_score"]))
+    if expected_by_label:
+        out["mean_expected_score_by_relevance"] = {
+            str(k): round(float(np.mean(v)), 3) for k, v in sorted(expected_by_label.items())
+        }
     if not questions:
         return out
     teacher = [teacher_order(by_q[q]) for q in questions]
     given = [[str(r["doc_id"]) for r in sorted(by_q[q], key=lambda r: r.get("rank") or 0)] for q in questions]
     qrels = [qrels_of[q] for q in questions]
+    with_expected = any(r.get("expected_score") is not None for q in questions for r in by_q[q])
+    expected = [expected_order(by_q[q]) for q in questions]
     for k in k_values:
         out[f"ndcg@{k}"] = round(float(ndcg_batch(teacher, qrels, k).mean()), 4)
+        if with_expected:
+            out[f"expected_ndcg@{k}"] = round(float(ndcg_batch(expected, qrels, k).mean()), 4)
         out[f"input_order_ndcg@{k}"] = round(float(ndcg_batch(given, qrels, k).mean()), 4)
     return out
 
@@ -86,9 +118,11 @@ def annotation_report(
     """Counts, reject reasons, score distribution and `agreement` of a verbal annotation folder."""
     accepted, rejected = load_accepted(folder), load_rejected(folder)
     total = len(accepted) + len(rejected)
-    cols = ("question_id", "doc_id", "score", "score_logprob", "relevance", "rank")
+    cols = ("question_id", "doc_id", "score", "score_logprob", "score_logprobs", "relevance", "rank")
     values = [accepted[c] if c in accepted.column_names else [None] * len(accepted) for c in cols]
     rows = [dict(zip(cols, v, strict=True)) for v in zip(*values, strict=True)]
+    for r in rows:  # the teacher's expected score from its five digit logprobs (None without top-k)
+        r["expected_score"] = expected_score(r.pop("score_logprobs"))
     scores = Counter(int(r["score"]) for r in rows)
     reasons = Counter(rejected["reason"]) if len(rejected) else Counter()
     return {

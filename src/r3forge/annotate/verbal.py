@@ -184,6 +184,23 @@ def score_logprobs(
     return out
 
 
+def expected_score(logprobs: dict[str, float | None] | None) -> float | None:
+    """The expected score sum_s s * p(s) over the digits "1".."5", renormalized over those in the top k (a
+    digit outside the top k counts as probability 0); None without digit logprobs. A ranking signal that
+    survives a constant argmax: two documents both scored 1 differ in how much mass they put on 2..5.
+
+    >>> expected_score({"1": math.log(0.5), "2": None, "3": math.log(0.25), "4": None, "5": math.log(0.25)})
+    2.5
+    >>> round(expected_score({"1": math.log(0.6), "5": math.log(0.2)}), 3)  # renormalized over 0.8
+    2.0
+    >>> expected_score({"1": None}) is None
+    True
+    """
+    probs = {int(d): math.exp(lp) for d, lp in (logprobs or {}).items() if d in SCORES and lp is not None}
+    total = sum(probs.values())
+    return sum(s * p for s, p in probs.items()) / total if total > 0 else None
+
+
 def token_decoder(tokenizer: Any) -> Callable[[list[int]], str] | None:
     """`ids -> text` with `tokenizer` (special tokens skipped), or None without one."""
     if tokenizer is None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r3forge.annotate.verbal import (
-    SCORES,
     VerbalAnnotationStep,
+    expected_score,
     parse_annotation,
     score_logprobs,
     score_token_index,
@@ -71,19 +71,6 @@ class VerbalJudgment:
     comment: str | None
     expected_score: float | None  # sum_s s * p(s) over the score tokens' top-k logprobs, renormalized
     failure: str | None  # the parser's reason code when unparsed
-
-
-def expected_score(logprobs: dict[str, float | None] | None) -> float | None:
-    """Mean score under the score token's distribution restricted to "1".."5" (None without any).
-
-    >>> round(expected_score({"1": None, "2": None, "3": math.log(0.2), "4": math.log(0.6), "5": None}), 4)
-    3.75
-    """
-    if not logprobs:
-        return None
-    probs = {int(s): math.exp(lp) for s, lp in logprobs.items() if s in SCORES and lp is not None}
-    total = sum(probs.values())
-    return sum(s * p for s, p in probs.items()) / total if total > 0 else None
 
 
 def judge(choice: Choice, prefill: str, tokenizer: Any, max_comment_words: int = 120) -> VerbalJudgment:

@@ -21,7 +21,14 @@ from typing import Any
 from transformers import TrainerCallback
 
 from r3forge.annotate.report import agreement
-from r3forge.annotate.verbal import ParsedAnnotation, parse_annotation, score_token_index, token_decoder
+from r3forge.annotate.verbal import (
+    ParsedAnnotation,
+    expected_score,
+    parse_annotation,
+    score_logprobs,
+    score_token_index,
+    token_decoder,
+)
 from r3forge.backends.base import Choice, GenerationRequest
 from r3forge.backends.hf_local import HFLocalBackend
 from r3forge.backends.open import LLMConfig, open_llm
@@ -58,25 +65,30 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[list[dict]], max_new_
 
 
 def verbal_records(rows: Sequence[dict], choices: Sequence[Choice], tokenizer: Any = None) -> list[dict]:
-    """One record a row: the student's text, its parsed score (None when unparsed) and score-token logprob,
-    next to the teacher's score and the gold relevance."""
+    """One record a row: the student's text, its parsed score (None when unparsed), score-token logprob and
+    expected score (from the digit logprobs at the score token), next to the teacher's score and the gold
+    relevance."""
     decode = token_decoder(tokenizer)
     records = []
     for row, choice in zip(rows, choices, strict=True):
         p = parse_annotation(choice.text)
-        score, logprob = None, None
+        score, logprob, expected = None, None, None
         if isinstance(p, ParsedAnnotation):
             score = p.score
             idx = score_token_index(choice, p.score_offset, decode)
             logprob = choice.logprobs[idx] if idx is not None and choice.logprobs else None
+            if idx is not None and choice.top_logprobs:
+                expected = expected_score(score_logprobs(choice.top_logprobs[idx], decode))
         records.append({"question_id": row["question_id"], "doc_id": row["doc_id"],
                         "teacher_score": int(row["score"]), "relevance": row.get("relevance"),
-                        "student_score": score, "score_logprob": logprob, "text": choice.text})  # fmt: skip
+                        "student_score": score, "score_logprob": logprob, "expected_score": expected,
+                        "text": choice.text})  # fmt: skip
     return records
 
 
 def verbal_metrics(records: Sequence[dict]) -> dict[str, float]:
-    """Parse rate, score accuracy, Spearman vs the teacher's score and NDCG@k vs `relevance`, from
+    """Parse rate, score accuracy, Spearman vs the teacher's score and NDCG@k vs `relevance` (argmax score
+    with logprob tie-break; `expected_ndcg@k` by the expected score where the records have it), from
     `verbal_records`. An unparsed output counts as wrong and ranks last.
 
     >>> rows = [{"question_id": "q", "doc_id": d, "score": s, "relevance": r} for d, s, r in
@@ -94,10 +106,12 @@ def verbal_metrics(records: Sequence[dict]) -> dict[str, float]:
     rho = spearman(student, teacher) if len(student) >= 2 else math.nan
     out["spearman"] = round(rho, 4) if not math.isnan(rho) else math.nan
     ranked = [{"question_id": r["question_id"], "doc_id": r["doc_id"], "score": r["student_score"] or 0,
-               "score_logprob": r["score_logprob"], "relevance": r["relevance"], "rank": i}
+               "score_logprob": r["score_logprob"], "relevance": r["relevance"], "rank": i,
+               "expected_score": r.get("expected_score") if r["student_score"] is not None else 0.0}
               for i, r in enumerate(records)]  # fmt: skip
     ndcg = agreement(ranked, k_values=K_VALUES)
-    out |= {f"ndcg@{k}": ndcg[f"ndcg@{k}"] for k in K_VALUES if f"ndcg@{k}" in ndcg}
+    out |= {f"{m}@{k}": ndcg[f"{m}@{k}"] for m in ("ndcg", "expected_ndcg") for k in K_VALUES
+            if f"{m}@{k}" in ndcg}  # fmt: skip
     return out
 
 
