@@ -76,6 +76,20 @@ def _quote(sentence: str, words: int = 30) -> str:
     return " ".join(tokens[:words]) + (" ..." if len(tokens) > words else "")
 
 
+def evidence(split: list[str], record: dict, answers: list[str]) -> str:
+    """The sentence a gold passage without sentence-level supporting facts (MuSiQue, the synthetic world) is
+    cited by: the first that contains an answer, else the one sharing most of the question's content words.
+
+    >>> evidence(["Ann was born in 1770.", "Ann was born in Paris."], {"question": "Where was Ann born?"}, ["Paris"])
+    'Ann was born in Paris.'
+    """
+    for sentence in split:
+        if answers and answer_in_text(answers, sentence):
+            return sentence
+    question = set(_content(record["question"]))
+    return max(split, key=lambda s: len(question & set(_content(s))))
+
+
 def rule_label(record: dict, passage: dict) -> tuple[int, str]:
     """(score, comment) of one (question record, own passage) by the module's rule.
 
@@ -91,7 +105,7 @@ def rule_label(record: dict, passage: dict) -> tuple[int, str]:
     if passage["relevance"] > 0:
         split = sentences(passage["text"]) or [passage["text"]]
         ids = [f["sent_id"] for f in record.get("supporting_facts") or [] if f["title"] == passage["title"]]
-        sentence = split[ids[0]] if ids and 0 <= ids[0] < len(split) else split[0]
+        sentence = split[ids[0]] if ids and 0 <= ids[0] < len(split) else evidence(split, record, answers)
         if has_answer or passage["relevance"] >= 2:
             return 5, f'It states that "{_quote(sentence)}", which answers the question directly.'
         return (
