@@ -103,7 +103,10 @@ def test_export_writes_files(records, tmp_path: Path) -> None:
     write_run(tmp_path / "run", records, f"{VERSION}+w120-r20-f0.8")
     config = ExportSFTConfig(str(tmp_path / "run"), str(tmp_path / "sft"), balance_ratio=1.0)
     dsd = export_sft(config)
-    assert dsd.num_rows["train"] + dsd.num_rows["validation"] == 20  # 5 classes x 4 (the rarest)
+    train = Counter(dsd["train"]["score"])
+    assert len(set(train.values())) == 1  # the training split: every class capped at the rarest
+    held = set(dsd["validation"]["question_id"])
+    assert dsd.num_rows["validation"] == sum(str(r["question_id"]) in held for r in records)  # all pairs kept
     assert datasets.load_from_disk(str(tmp_path / "sft"))["train"]["doc_id"] == dsd["train"]["doc_id"]
     lines = (tmp_path / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["doc_id"] for line in lines] == dsd["train"]["doc_id"]

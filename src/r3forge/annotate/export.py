@@ -5,8 +5,9 @@
 Each row: `prompt` = [system?, user: the annotation instruction + question + document] (the teacher's own
 prompt, rebuilt from the record with the template its prompt version names), `completion` = [assistant:
 "Comment: ...\\nScore: s"], plus `question_id`, `doc_id`, `score`, `score_logprob`. Identical (question, doc)
-pairs are deduplicated (first record kept), score classes can be capped, and the train/validation split is
-by question (seeded), so no question is in both splits. Written with `save_to_disk` plus one JSONL per split.
+pairs are deduplicated (first record kept), the train/validation split is by question (seeded), so no
+question is in both splits, and score classes can be capped in the training split (validation keeps every
+pair of its questions, so a student's ranking of them can be measured). Written with `save_to_disk` plus one JSONL per split.
 
 With `judge_dir`, only the annotations a judge run approved are kept. A paraphrase run (the paraphrased-
 context baseline) exports the same way: prompt = the paraphrase instruction + document, completion =
@@ -47,9 +48,12 @@ class ExportSFTConfig:
     )
     seed: int = field(default=0, metadata={"help": "Seed of the question split and of the rebalancing."})
     balance_ratio: float | None = field(
-        default=None, metadata={"help": "Cap each score class at this multiple of the rarest class."}
+        default=None,
+        metadata={"help": "Cap each score class of the training split at this multiple of the rarest."},
     )
-    max_per_score: int | None = field(default=None, metadata={"help": "Cap each score class at N rows."})
+    max_per_score: int | None = field(
+        default=None, metadata={"help": "Cap each score class of the training split at N rows."}
+    )
     judge_dir: str = field(
         default="", metadata={"help": "Keep only annotations this judge run approved (annotate judge)."}
     )
@@ -155,9 +159,9 @@ def build_sft(
         raise ConfigError(f"validation_fraction must be in [0, 1), got {config.validation_fraction}")
     rows = [row(r, template, config.system_prompt) for r in records]
     rows = dedup(rows)
-    if row is sft_row:
-        rows = rebalance(rows, config.balance_ratio, config.max_per_score, config.seed)
     train, validation = split_by_question(rows, config.validation_fraction, config.seed)
+    if row is sft_row:  # the training split only: held-out questions keep every pair (a ranking needs them)
+        train = rebalance(train, config.balance_ratio, config.max_per_score, config.seed)
     # an empty split is left out: datasets cannot load a saved split without rows
     return datasets.DatasetDict(
         {

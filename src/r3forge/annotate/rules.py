@@ -53,7 +53,9 @@ class RulesConfig:
     max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
     validation_fraction: float = field(default=0.1, metadata={"help": "Share of questions held out."})
     seed: int = field(default=0, metadata={"help": "Seed of the question split and of the rebalancing."})
-    max_per_score: int | None = field(default=None, metadata={"help": "Cap each score class at N rows."})
+    max_per_score: int | None = field(
+        default=None, metadata={"help": "Cap each score class of the training split at N rows."}
+    )
     system_prompt: str = field(default="", metadata={"help": "Optional system message of every prompt."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
