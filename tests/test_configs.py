@@ -31,6 +31,7 @@ CLASSES = {
     "rewrite/qream_icl_hotpotqa_cpu.yaml": REWRITE_CONFIGS,
     "rewrite/qream_ft_llama32_1b.yaml": REWRITE_CONFIGS,
     "sft/verbal_reranker_cpu.yaml": SFT_CONFIGS,
+    "sft/verbal_reranker_world_cpu.yaml": SFT_CONFIGS,
     "sft/qream_ft_cpu.yaml": SFT_CONFIGS,
     "eval/igp_hotpotqa_cpu.yaml": EVAL_CONFIGS,
     "eval/igp_hotpotqa_bm25_cpu.yaml": EVAL_CONFIGS,

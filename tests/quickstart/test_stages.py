@@ -18,6 +18,7 @@ from r3forge.agent.env import EnvConfig, SearchConfig
 from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
 from r3forge.agent.warmstart import WarmstartArgs
 from r3forge.annotate.jobs import VERBAL_CONFIGS
+from r3forge.annotate.rules import RulesConfig
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.evalrag.pipeline import EVAL_CONFIGS
@@ -66,7 +67,23 @@ def test_warm_start_shows_the_observations_grpo_shows(tmp_path: Path):
         grpo["search"].reranker_model, grpo["search"].reranker_base_url, grpo["search"].reranker_max_tokens)  # fmt: skip
 
 
+def test_the_student_learns_from_the_rule_teacher_unless_told_otherwise(tmp_path: Path):
+    """Default: the rule teacher labels rules_questions reranker-world questions (the model teacher is still
+    measured on its own questions); `reranker_teacher: model` exports the model teacher's annotations."""
+    by = {s.name: fill(s.argv, URLS) for s in build_stages(QuickstartConfig(), tmp_path / "run")}
+    assert by["export-sft"][:2] == ["annotate", "rules"]
+    (rules,) = parse_config((RulesConfig,), by["export-sft"][2:])
+    assert rules.max_questions == 30 and rules.qa_path.endswith("reranker-world/hf/questions")
+    assert by["reranker-world"][by["reranker-world"].index("--num_questions") + 1] == "30"
+    assert "sft/verbal_reranker_world_cpu.yaml" in by["reranker-sft"][2]
+    model = {s.name: s.argv for s in build_stages(QuickstartConfig(reranker_teacher="model"), tmp_path / "r")}
+    assert model["export-sft"][:2] == ("annotate", "export-sft")
+    assert model["reranker-world"][model["reranker-world"].index("--num_questions") + 1] == "8"
+
+
 def test_bad_settings_are_named():
+    with pytest.raises(ConfigError, match="reranker_teacher: 'gpt' is not one of"):
+        QuickstartConfig(reranker_teacher="gpt")
     with pytest.raises(ConfigError, match="stop_after: unknown stage 'wrld'"):
         QuickstartConfig(stop_after="wrld")
     with pytest.raises(ConfigError, match="grpo_steps"):
@@ -163,7 +180,7 @@ def test_find_run_matches_settings(tmp_path: Path):
 def test_the_whole_quickstart_small(tmp_path: Path, smollm2_path: Path):
     """Every stage for real (two vLLM servers, two SFTs, GRPO), at toy sizes: ~10 min on 2 cores."""
     config = QuickstartConfig(output_root=str(tmp_path), world_passages=300, world_questions=60,
-                              annotate_questions=3, docs_per_question=4, reranker_eval_samples=4, rag_questions=4,
+                              annotate_questions=3, docs_per_question=4, rules_questions=4, reranker_eval_samples=10, rag_questions=4,
                               rag_thresholds=[0.0], warmstart_questions=8, grpo_steps=2, agent_questions=4)  # fmt: skip
     run = main(config)
     state = read_state(run)

@@ -9,8 +9,9 @@ progress bars on the terminal, its output also in `logs/<stage>.log`), with the 
     reranker-world  a second world (another seed): the reranker's training questions, so no leakage
     index           BM25 over the world's corpus
     annotate        teacher (embedded model behind a real vLLM server on loopback) verbal triplets
-    export-sft      accepted annotations -> a chat SFT dataset, split by question
-    reranker-sft    distill the verbal reranker student (configs/sft/verbal_reranker_cpu.yaml)
+    export-sft      the student's SFT set, split by question: the rule teacher's labels of the reranker world
+                    (default; the 135M teacher's scores carry no signal) or the teacher's annotations
+    reranker-sft    distill the verbal reranker student (configs/sft/verbal_reranker_world_cpu.yaml)
     reranker-export the student as a release folder (what vLLM serves and the Hub receives)
     warmstart-data  worked search trajectories that teach the generator the tags, with the observations
                     GRPO will show it (verbal: the student's comments and scores, GRPO's env settings)
@@ -78,9 +79,25 @@ class QuickstartConfig:
     annotate_questions: int = field(
         default=8, metadata={"help": "Reranker-world questions the teacher annotates (x docs_per_question)."}
     )
+    reranker_teacher: str = field(
+        default="rules",
+        metadata={
+            "help": "Who labels the student's SFT data: 'rules' (the rule teacher over the reranker "
+            "world's graded passages, offline, with real signal; the model teacher's annotations are "
+            "still measured) or 'model' (the teacher_model's annotations)."
+        },
+    )
+    rules_questions: int = field(
+        default=30, metadata={"help": "Reranker-world questions the rule teacher labels (all 10 passages each; "
+                              "a quarter held out)."}
+    )  # fmt: skip
     docs_per_question: int = field(default=8, metadata={"help": "Graded passages annotated per question."})
+    rules_max_per_score: int = field(
+        default=40, metadata={"help": "Cap each score class of the rule teacher's training split at N pairs "
+                              "(unbalanced, the student learns the majority score 1)."}
+    )  # fmt: skip
     reranker_eval_samples: int = field(
-        default=8, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
+        default=80, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
     )
     rag_questions: int = field(default=10, metadata={"help": "World questions of the single-turn RAG table."})
     rag_thresholds: list[float] = field(
@@ -100,6 +117,8 @@ class QuickstartConfig:
                  "warmstart_questions", "grpo_steps", "agent_questions") if getattr(self, k) < 1}  # fmt: skip
         if small:
             raise ConfigError(f"quickstart: these must be >= 1: {small}")
+        if self.reranker_teacher not in ("rules", "model"):
+            raise ConfigError(f"reranker_teacher: '{self.reranker_teacher}' is not one of 'rules', 'model'")
         if self.stop_after and self.stop_after not in STAGE_NAMES:
             raise ConfigError(f"stop_after: unknown stage '{self.stop_after}'; stages: {list(STAGE_NAMES)}")
 
@@ -139,6 +158,8 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
         f"eval agent --config {cfg}/eval/agent_world_cpu.yaml {agent_env} --max_questions {c.agent_questions}"
     )
     thresholds = " ".join(map(str, c.rag_thresholds))
+    rules = c.reranker_teacher == "rules"
+    reranker_questions = max(c.annotate_questions, c.rules_questions) if rules else c.annotate_questions
 
     def stage(
         name: str, title: str, command: str, output: str = "", server: str = "", resumable: bool = False
@@ -146,12 +167,21 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
         return Stage(name, title, tuple(shlex.split(command)), shlex.split(output)[0] if output else "", server,
                      resumable)  # fmt: skip
 
+    if rules:
+        export = stage("export-sft", "Rule-teacher labels of the reranker world as the SFT set",
+                       f"annotate rules --qa_path {r}/reranker-world/hf/questions --max_questions "
+                       f"{c.rules_questions} --validation_fraction 0.25 --max_per_score {c.rules_max_per_score} "
+                       f"--output_dir {r}/sft-data", f"{r}/sft-data")  # fmt: skip
+    else:
+        export = stage("export-sft", "Export the accepted annotations as an SFT set",
+                       f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir "
+                       f"{r}/sft-data", f"{r}/sft-data")  # fmt: skip
     return [
         stage("models", "Materialize the embedded models", "models prepare", resumable=True),
         stage("world", "Generate the synthetic world", f"data synth-world --seed {c.seed} --num_passages "
               f"{c.world_passages} --num_questions {c.world_questions} --output_dir {world}", world),
         stage("reranker-world", "Generate the reranker's training world (seed + 1)", f"data synth-world --seed "
-              f"{c.seed + 1} --num_passages 500 --num_questions {c.annotate_questions} --output_dir "
+              f"{c.seed + 1} --num_passages 500 --num_questions {reranker_questions} --output_dir "
               f"{r}/reranker-world", f"{r}/reranker-world"),
         stage("index", "BM25 index of the world's corpus",
               f"index build --corpus {world}/corpus.jsonl --kind bm25 --output {r}/index", f"{r}/index"),
@@ -160,10 +190,9 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
               f"{r}/reranker-world/hf/questions --max_questions {c.annotate_questions} --max_docs_per_question "
               f"{c.docs_per_question} --model {q(c.teacher_model)} --tokenizer {q(c.teacher_model)} --serve false "
               f"--base_url {{teacher_url}} --output_dir {r}/annotate", f"{r}/annotate", "teacher", True),
-        stage("export-sft", "Export the accepted annotations as an SFT set",
-              f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir {r}/sft-data", f"{r}/sft-data"),
+        export,
         stage("reranker-sft", "Distill the verbal reranker student (SFT)",
-              f"sft --config {cfg}/sft/verbal_reranker_cpu.yaml --dataset {r}/sft-data --eval_dataset '' "
+              f"sft --config {cfg}/sft/verbal_reranker_world_cpu.yaml --dataset {r}/sft-data --eval_dataset '' "
               f"--eval_split validation --model_name_or_path {q(c.student_model)} --task_eval_samples "
               f"{c.reranker_eval_samples} --output_dir {r}/reranker-sft --resume_from_checkpoint auto",
               f"{r}/reranker-sft", resumable=True),

@@ -23,7 +23,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from r3forge import __version__
-from r3forge.annotate.report import annotation_report
+from r3forge.annotate.report import agreement, annotation_report
 from r3forge.data.jsonio import read_jsonl
 
 AGENT_COLUMNS = (("em", "EM"), ("f1", "F1"), ("format_ok", "format ok"), ("searches_per_question", "searches / q"),
@@ -75,13 +75,14 @@ def stages_section(stages: Sequence[Any], state: dict[str, Any]) -> list[str]:
     return lines
 
 
-def annotation_section(run: Path, teacher: str) -> list[str]:
+def annotation_section(run: Path, teacher: str, labels: str = "model") -> list[str]:
     if not (run / "annotate").is_dir():
         return []
     rep = annotation_report(str(run / "annotate"))
     lines = ["## 1. Teacher annotation (verbal triplets)", "",
              f"Teacher `{teacher}` behind a vLLM OpenAI server on loopback, the reranker world's questions with "
-             "their own graded passages.", "",
+             "their own graded passages. `ndcg@k` ranks by its argmax score (ties: the score token's logprob), "
+             "`expected_ndcg@k` by its expected score from the five digit logprobs.", "",
              f"- pairs {rep['pairs']}, accepted {rep['accepted']} ({fmt(rep['acceptance_rate'])})",
              f"- reject reasons: {json.dumps(rep['reject_reasons'])}",
              f"- score distribution (1-5): {json.dumps(rep['score_distribution'])}"]  # fmt: skip
@@ -90,11 +91,30 @@ def annotation_section(run: Path, teacher: str) -> list[str]:
     lines += [f"- {k}: {json.dumps(v) if isinstance(v, dict) else fmt(v)}" for k, v in extra.items()]
     used = [s for s, n in (rep["score_distribution"] or {}).items() if n]
     if len(used) == 1:
-        lines += ["", f"The teacher gave every accepted pair the same score ({used[0]}), so the student below can "
-                  "only learn that constant and `verbal` ranks like `none` in section 3. That is the 135M "
-                  "teacher, not the pipeline: point `--teacher_model` at a larger model (README, *Bring your "
-                  "own*) for informative scores."]  # fmt: skip
+        lines += ["", f"The teacher gave every accepted pair the same score ({used[0]}): its argmax carries no "
+                  "ranking signal (compare `expected_ndcg@3` with `input_order_ndcg@3` above for what its digit "
+                  "probabilities carry). That is the 135M teacher, not the pipeline: point `--teacher_model` "
+                  "at a larger model (README, *Bring your own*) for informative scores."]  # fmt: skip
+    if labels == "rules":
+        lines += ["", "**Who labelled the student's data:** the rule teacher over the reranker world's gold "
+                  "relevance (`r3forge annotate rules`: 5 = the gold passage with the answer, 4 = a bridge "
+                  "passage, 3 = a distractor naming the answer, 2 = a distractor sharing half the question's "
+                  "words, 1 = otherwise; each comment cites the passage's evidence sentence), not the model "
+                  "above, whose scores would teach a constant. `--reranker_teacher model` trains on the "
+                  "model's annotations instead."]  # fmt: skip
     return lines
+
+
+def heldout_rankings(run: Path) -> dict[str, dict[str, float]]:
+    """NDCG@k of the input order and of the teacher's labels on the held-out pairs the student was evaluated
+    on (the task eval's last per-row file), so the student's figures have their references beside them."""
+    files = sorted((run / "reranker-sft" / "task_eval").glob("step_*.jsonl"))
+    if not files:
+        return {}
+    rows = [r | {"rank": i, "score": r["teacher_score"]} for i, r in enumerate(read_jsonl(files[-1]))]
+    rep = agreement(rows, k_values=(1, 3, 5))
+    return {"input order": {f"ndcg@{k}": rep.get(f"input_order_ndcg@{k}") for k in (1, 3, 5)},
+            "teacher (its SFT labels)": {f"ndcg@{k}": rep.get(f"ndcg@{k}") for k in (1, 3, 5)}}  # fmt: skip
 
 
 def student_section(run: Path) -> list[str]:
@@ -107,8 +127,18 @@ def student_section(run: Path) -> list[str]:
     ]
     lines = ["## 2. Verbal reranker student (SFT distillation)", "",
              f"Train loss {fmt(metrics.get('train_loss'))}, eval loss {fmt(metrics.get('eval_loss'))}. "
-             "Task metrics on held-out pairs (the student generates comment + score):", ""]  # fmt: skip
+             "Task metrics on held-out pairs (questions the student never saw; it generates comment + score):",
+             ""]  # fmt: skip
     lines += table(("metric", "before SFT", "after SFT"), [(k, before.get(k), after.get(k)) for k in keys])
+    refs = heldout_rankings(run)
+    if refs:
+        rows = [(name, m["ndcg@1"], m["ndcg@3"], m["ndcg@5"]) for name, m in refs.items()]
+        for name, m in (("student before SFT", before), ("student after SFT", after)):
+            rows.append((name, *(m.get(f"eval_task_ndcg@{k}") for k in (1, 3, 5))))
+            if m.get("eval_task_expected_ndcg@3") is not None:
+                rows.append((f"{name}, E[s]", *(m.get(f"eval_task_expected_ndcg@{k}") for k in (1, 3, 5))))
+        lines += ["", "The same held-out pairs, ranked (NDCG@k against the world's graded relevance):", "",
+                  *table(("ranking", "NDCG@1", "NDCG@3", "NDCG@5"), rows)]  # fmt: skip
     return [
         *lines,
         "",
@@ -231,7 +261,8 @@ def write_report(run: Path, config: Any, stages: Sequence[Any], state: dict[str,
               "memory): teacher annotation -> distilled verbal reranker -> single-turn RAG with IGP -> GRPO of "
               "a search agent with the student in the loop. A 135M model makes the numbers small; the point is "
               "that every stage is the real pipeline and every figure below comes from this run's files.", ""]  # fmt: skip
-    sections = [stages_section(stages, state), annotation_section(run, config.teacher_model), student_section(run),
+    sections = [stages_section(stages, state),
+                annotation_section(run, config.teacher_model, config.reranker_teacher), student_section(run),
                 rag_section(run), agent_section(run), commands_section(stages, state), next_section(),
                 configs_section(run, stages)]  # fmt: skip
     text = "\n".join(header + [line for sec in sections if sec for line in [*sec, ""]])
