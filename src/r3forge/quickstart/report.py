@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -113,7 +114,11 @@ def heldout_rankings(run: Path) -> dict[str, dict[str, float]]:
         return {}
     rows = [r | {"rank": i, "score": r["teacher_score"]} for i, r in enumerate(read_jsonl(files[-1]))]
     rep = agreement(rows, k_values=(1, 3, 5))
+    shuffled = [agreement([r | {"rank": j} for r, j in zip(rows, random.Random(seed).sample(range(len(rows)),
+                len(rows)), strict=True)], k_values=(1, 3, 5)) for seed in range(100)]  # fmt: skip
     return {"input order": {f"ndcg@{k}": rep.get(f"input_order_ndcg@{k}") for k in (1, 3, 5)},
+            "random order (mean of 100 shuffles)": {f"ndcg@{k}": sum(s[f"input_order_ndcg@{k}"] for s in
+                                                    shuffled) / len(shuffled) for k in (1, 3, 5)},
             "teacher (its SFT labels)": {f"ndcg@{k}": rep.get(f"ndcg@{k}") for k in (1, 3, 5)}}  # fmt: skip
 
 
