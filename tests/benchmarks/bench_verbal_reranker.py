@@ -27,6 +27,7 @@ table go to `--out`. Nothing here is timed: it measures ranking quality, so othe
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from collections import Counter
 from pathlib import Path
@@ -154,7 +155,9 @@ def main() -> None:
     ap.add_argument("--max_questions", type=int, default=40)
     ap.add_argument("--train_dataset", required=True, help="The students' SFT set (leakage check).")
     ap.add_argument("--cross_encoder", default="", help="A trained cross-encoder folder (else no row).")
-    ap.add_argument("--base_model", default="smollm2-135m-instruct", help="The un-tuned model's row ('': none).")
+    ap.add_argument(
+        "--base_model", default="smollm2-135m-instruct", help="The un-tuned model's row ('': none)."
+    )
     ap.add_argument("--student", nargs="*", default=[], help="SFT student folders (final/ or checkpoint-N/).")
     ap.add_argument("--out", default="runs/bench/verbal_reranker")
     args = ap.parse_args()
@@ -166,6 +169,10 @@ def main() -> None:
     teacher = agreement(rows, k_values=K_VALUES)
     results = [("input order", ranking_metrics(rows, [-float(r["rank"]) for r in rows])),
                ("BM25 (10 passages)", ranking_metrics(rows, bm25_scores(rows)))]  # fmt: skip
+    shuffles = [ranking_metrics(rows, [float(p) for p in random.Random(seed).sample(range(len(rows)), len(rows))])
+                for seed in range(100)]  # fmt: skip
+    mean = {f"ndcg@{k}": round(sum(m[f"ndcg@{k}"] for m in shuffles) / 100, 4) for k in K_VALUES}
+    results.insert(1, ("random order (mean of 100 shuffles)", {"parse_rate": None, "spearman": None} | mean))
     if args.cross_encoder:
         results.append(
             ("MiniLM cross-encoder", ranking_metrics(rows, cross_encoder_scores(args.cross_encoder, records)))
