@@ -5,8 +5,8 @@ agreement of the teacher's scores with gold relevance (NDCG@k of the teacher's r
 
 The teacher ranks each question's annotated documents by score, ties broken by the score token's logprob
 (the Verbal-R3 ranking); beside it, by its expected score sum_s s * p(s) over the five digit logprobs
-(renormalized), a signal that survives a teacher whose argmax is nearly constant. NDCG@k is computed against the pairs' gold `relevance` (questions with at least one
-relevant pair); `labels`, the gold of every pair that was sent (accepted or not), makes a rejected relevant
+(renormalized), a signal that survives a teacher whose argmax is nearly constant. NDCG@k is computed
+against the pairs' gold `relevance` (questions with at least one relevant pair); `labels`, the gold of every pair that was sent (accepted or not), makes a rejected relevant
 document count as missed, as it would be for a student trained on the accepted pairs only. The input order
 (a retriever's ranking, or the dataset's order of a question's own passages) is the reference.
 """
@@ -81,18 +81,16 @@ def agreement(
     questions = [q for q in by_q if any(v > 0 for v in qrels_of[q].values())]
     out: dict[str, Any] = {"questions_with_gold": len(questions)}
     scores_by_label: dict[int, list[int]] = defaultdict(list)
+    expected_by_label: dict[int, list[float]] = defaultdict(list)
     for q in by_q:
         for r in by_q[q]:
             if r.get("relevance") is not None:
                 scores_by_label[int(r["relevance"])].append(int(r["score"]))
+                if r.get("expected_score") is not None:
+                    expected_by_label[int(r["relevance"])].append(float(r["expected_score"]))
     out["mean_score_by_relevance"] = {
         str(k): round(float(np.mean(v)), 3) for k, v in sorted(scores_by_label.items())
     }
-    expected_by_label: dict[int, list[float]] = defaultdict(list)
-    for q in by_q:
-        for r in by_q[q]:
-            if r.get("relevance") is not None and r.get("expected_score") is not None:
-                expected_by_label[int(r["relevance"])].append(float(r["expected_score"]))
     if expected_by_label:
         out["mean_expected_score_by_relevance"] = {
             str(k): round(float(np.mean(v)), 3) for k, v in sorted(expected_by_label.items())
@@ -103,7 +101,7 @@ def agreement(
     given = [[str(r["doc_id"]) for r in sorted(by_q[q], key=lambda r: r.get("rank") or 0)] for q in questions]
     qrels = [qrels_of[q] for q in questions]
     with_expected = any(r.get("expected_score") is not None for q in questions for r in by_q[q])
-    expected = [expected_order(by_q[q]) for q in questions]
+    expected = [expected_order(by_q[q]) for q in questions] if with_expected else []
     for k in k_values:
         out[f"ndcg@{k}"] = round(float(ndcg_batch(teacher, qrels, k).mean()), 4)
         if with_expected:
