@@ -6,8 +6,8 @@ agreement of the teacher's scores with gold relevance (NDCG@k of the teacher's r
 The teacher ranks each question's annotated documents by score, ties broken by the score token's logprob
 (the Verbal-R3 ranking); beside it, by its expected score sum_s s * p(s) over the five digit logprobs
 (renormalized), a signal that survives a teacher whose argmax is nearly constant. NDCG@k is computed
-against the pairs' gold `relevance` (questions with at least one relevant pair); `labels`, the gold of every pair that was sent (accepted or not), makes a rejected relevant
-document count as missed, as it would be for a student trained on the accepted pairs only. The input order
+against the pairs' gold `relevance` (questions with at least one relevant pair); `labels`, the gold of
+every pair that was sent (accepted or not), makes a rejected relevant document count as missed, as it would be for a student trained on the accepted pairs only. The input order
 (a retriever's ranking, or the dataset's order of a question's own passages) is the reference.
 """
 
