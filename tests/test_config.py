@@ -147,3 +147,15 @@ def test_missing_help_detects_fields():
 
     assert missing_help(Bad) == ["x"]
     assert missing_help(Train) == [] and dataclasses.is_dataclass(Train)
+
+
+def test_resolved_sft_config_reads_back(tmp_path):
+    """A run's config.yaml holds TrainingArguments' report_to as a list (its type admits one although the
+    flag takes a single value); --config must read it back."""
+    (sft,) = parse_config((SFTConfig,), ["--output_dir", "out", "--report_to", "tensorboard", "--use_cpu"])
+    path = save_config([sft], tmp_path / "config.yaml")
+    assert yaml.safe_load(path.read_text())["report_to"] == ["tensorboard"]
+    (again,) = parse_config((SFTConfig,), ["--config", str(path)])
+    assert again.report_to == ["tensorboard"] and again.output_dir == "out"
+    with pytest.raises(ConfigError, match="expected a single value"):
+        parse_config((SFTConfig,), ["--config", write(tmp_path, "learning_rate: [1, 2]\n", "bad.yaml")])

@@ -20,7 +20,9 @@ import argparse
 import dataclasses
 import difflib
 import enum
+import inspect
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,8 +74,10 @@ def load_yaml_with_lines(path: str | Path) -> tuple[dict[str, Any], dict[str, in
     return {str(k): v for k, v in data.items()}, lines
 
 
-def _convert(action: argparse.Action, value: Any, where: str) -> Any:
-    """Convert one YAML value with the argparse action's own type function (as the CLI would)."""
+def _convert(action: argparse.Action, value: Any, where: str, listable: bool = False) -> Any:
+    """Convert one YAML value with the argparse action's own type function (as the CLI would). `listable`:
+    the field's type admits a list although its flag takes one value (TrainingArguments' `report_to: str |
+    list[str]`, which the resolved config of a run holds as a list): a YAML list is converted item by item."""
     if value is None or isinstance(value, dict) or action.type is None:
         return value
     convert = action.type
@@ -90,7 +94,7 @@ def _convert(action: argparse.Action, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: invalid value {v!r}; choose from {shown}")
         return out
 
-    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+    if action.nargs in ("+", "*") or isinstance(action.nargs, int) or (listable and isinstance(value, list)):
         if not isinstance(value, list):
             value = [value]
         return [one(v) for v in value]
@@ -105,6 +109,18 @@ def _dest_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]
         if a.dest not in ("help", "config"):
             actions.setdefault(a.dest, a)
     return actions
+
+
+def _list_fields(dataclass_types: Sequence[type]) -> set[str]:
+    """Names of fields whose annotation admits a list (`list[str] | str`, `Union[list, str, None]`), read from
+    the classes' annotations: HfArgumentParser rewrites `Field.type` in place (to `str` for report_to)."""
+    names = set()
+    for t in dataclass_types:
+        for klass in t.__mro__:
+            for name, hint in inspect.get_annotations(klass).items():
+                if re.search(r"\b(list|List)\b", str(hint)):
+                    names.add(name)
+    return names
 
 
 def _set_default(parser: argparse.ArgumentParser, dest: str, value: Any) -> None:
@@ -130,6 +146,7 @@ def parse_config(
     parser = HfArgumentParser(tuple(dataclass_types), prog=prog, allow_abbrev=False)
     parser.add_argument("--config", type=str, default=None, help="YAML file with defaults for any field.")
     actions = _dest_actions(parser)
+    listable = _list_fields(dataclass_types)
     for key, value in (defaults or {}).items():
         if key not in actions:
             raise ConfigError(f"{prog or 'parse_config'}: default for unknown field '{key}'")
@@ -144,7 +161,7 @@ def parse_config(
                     f"{config_path}:{lines.get(key, 1)}: unknown key '{key}'{_closest(key, actions)}"
                 )
             action = actions[key]
-            _set_default(parser, key, _convert(action, value, where))
+            _set_default(parser, key, _convert(action, value, where, key in listable))
             action.required = False
     flags = {s for a in parser._actions for s in a.option_strings}
     for token in argv:
@@ -187,6 +204,10 @@ def config_to_dict(config: Any) -> dict[str, Any]:
             return [plain(x) for x in v]
         if isinstance(v, dict):
             return {str(k): plain(x) for k, x in v.items()}
+        if dataclasses.is_dataclass(v) and not isinstance(
+            v, type
+        ):  # e.g. TrainingArguments' AcceleratorConfig
+            return plain(dataclasses.asdict(v))
         if isinstance(v, (str, int, float, bool)) or v is None:
             return v
         return json.loads(json.dumps(v, default=str))
