@@ -14,10 +14,11 @@ from r3forge.annotate.export import (
     build_sft,
     dedup,
     export_sft,
+    paraphrase_row,
     rebalance,
     split_by_question,
 )
-from r3forge.annotate.verbal import load_template
+from r3forge.annotate.verbal import load_template, parse_annotation
 from r3forge.config import missing_help
 from r3forge.errors import ConfigError
 from r3forge.synth.store import ShardSpec, ShardStore
@@ -90,6 +91,20 @@ def test_build_rows(records) -> None:
         assert f"Question number {row['question_id'][1:]}?" in user["content"]
     with pytest.raises(ConfigError, match="validation_fraction"):
         build_sft(records, ExportSFTConfig("-", "-", validation_fraction=1.0), TEMPLATE)
+
+
+def test_score_first_rows_parse_back(records) -> None:
+    """The score-first variant: the completion opens with the score, and the parser the reranker and the task
+    eval use reads it back with the same score and comment."""
+    config = ExportSFTConfig(input_dir="-", output_dir="-", validation_fraction=0.2, score_first=True)
+    dsd = build_sft(records, config, TEMPLATE)
+    for row in dsd["train"]:
+        (assistant,) = row["completion"]
+        assert assistant["content"].startswith(f"Score: {row['score']}\nComment: A comment on document")
+        parsed = parse_annotation(assistant["content"])
+        assert (parsed.score, parsed.comment) == (row["score"], f"A comment on document {row['doc_id'][1:]}.")
+    with pytest.raises(ConfigError, match="score_first applies to verbal"):
+        build_sft(records, config, TEMPLATE, row=paraphrase_row)
 
 
 def write_run(root: Path, records: list[dict], version: str) -> None:

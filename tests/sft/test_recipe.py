@@ -13,6 +13,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTTrainer
 
+from r3forge.annotate.export import sft_row
+from r3forge.annotate.verbal import load_template, parse_annotation, score_token_index, token_decoder
+from r3forge.backends.base import Choice
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.recipes.sft import main
@@ -64,6 +67,34 @@ def test_completion_only_loss_at_token_level(data: Path, smollm2_path: Path, tmp
     assert tokenizer.decode(learned).startswith("Comment: It names item 0.\nScore: 1")
     end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert end_of_turn in learned  # ... including the end of the turn: the student learns to stop
+
+
+def test_score_first_variant_at_token_level(smollm2_path: Path, tmp_path: Path) -> None:
+    """The score-first variant (`annotate rules/export-sft --score_first`) through the real tokenizer and the
+    SFT collator: the score digit is among the first learned tokens, and on the real model's token ids the
+    parser and `score_token_index` find that token (whose logprob breaks ties)."""
+    record = {"question": "Which city hosts the Louvre?", "doc_title": "Louvre", "comment": "It names Paris.",
+              "doc_text": "The Louvre is in Paris.", "question_id": "q", "doc_id": "d", "score": 5}  # fmt: skip
+    row = sft_row(record, load_template()[0], score_first=True)
+    path = tmp_path / "dsd"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list([row] * 2)}).save_to_disk(str(path))
+    *_, training = configs(path, tmp_path / "sf", "--max_length", "512")
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(smollm2_path), args=training,
+                         processing_class=tokenizer, train_dataset=datasets.load_from_disk(str(path))["train"])  # fmt: skip
+    example = trainer.train_dataset[0]
+    labels = trainer.data_collator([example])["labels"][0].tolist()
+    learned = [t for t, label in zip(example["input_ids"], labels, strict=True) if label != -100]
+    assert tokenizer.decode(learned).startswith("Score: 5\nComment: It names Paris.")
+    digit = [i for i, t in enumerate(learned) if tokenizer.decode([t]).strip() == "5"]
+    assert digit and digit[0] <= 3  # the decision comes before any comment token
+    text = tokenizer.decode(learned, skip_special_tokens=True)
+    parsed = parse_annotation(text)
+    choice = Choice(text, learned, [-0.5] * len(learned), [], "stop")
+    assert (
+        parsed.score == 5
+        and score_token_index(choice, parsed.score_offset, token_decoder(tokenizer)) == digit[0]
+    )
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:

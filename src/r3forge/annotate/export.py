@@ -57,6 +57,10 @@ class ExportSFTConfig:
     judge_dir: str = field(
         default="", metadata={"help": "Keep only annotations this judge run approved (annotate judge)."}
     )
+    score_first: bool = field(
+        default=False,
+        metadata={"help": "Variant, not the paper's format: completions 'Score: s' then 'Comment: ...'."},
+    )
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
@@ -67,11 +71,15 @@ def chat_prompt(user: str, system_prompt: str = "") -> list[dict[str, str]]:
     ]
 
 
-def sft_row(record: dict[str, Any], template: str, system_prompt: str = "") -> dict[str, Any]:
-    """One accepted annotation (flat: question, doc_*, comment, score) -> a prompt/completion row."""
+def sft_row(
+    record: dict[str, Any], template: str, system_prompt: str = "", score_first: bool = False
+) -> dict[str, Any]:
+    """One accepted annotation (flat: question, doc_*, comment, score) -> a prompt/completion row (the
+    completion in the paper's comment-then-score order, or score first: `annotation_text`)."""
     user = render(template, record["question"], record["doc_title"], record["doc_text"])
     prompt = chat_prompt(user, system_prompt)
-    completion = [{"role": "assistant", "content": annotation_text(record["comment"], int(record["score"]))}]
+    text = annotation_text(record["comment"], int(record["score"]), score_first)
+    completion = [{"role": "assistant", "content": text}]
     return {
         "prompt": prompt,
         "completion": completion,
@@ -157,7 +165,10 @@ def build_sft(
     """Flat accepted annotations -> the split `DatasetDict` (dedup, rebalance, split by question)."""
     if not 0 <= config.validation_fraction < 1:
         raise ConfigError(f"validation_fraction must be in [0, 1), got {config.validation_fraction}")
-    rows = [row(r, template, config.system_prompt) for r in records]
+    if config.score_first and row is not sft_row:
+        raise ConfigError("score_first applies to verbal annotations, not to paraphrases")
+    extra = (config.score_first,) if row is sft_row else ()
+    rows = [row(r, template, config.system_prompt, *extra) for r in records]
     rows = dedup(rows)
     train, validation = split_by_question(rows, config.validation_fraction, config.seed)
     if row is sft_row:  # the training split only: held-out questions keep every pair (a ranking needs them)

@@ -57,6 +57,10 @@ class RulesConfig:
         default=None, metadata={"help": "Cap each score class of the training split at N rows."}
     )
     system_prompt: str = field(default="", metadata={"help": "Optional system message of every prompt."})
+    score_first: bool = field(
+        default=False,
+        metadata={"help": "Variant, not the paper's format: completions 'Score: s' then 'Comment: ...'."},
+    )
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
@@ -150,7 +154,7 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
     records = list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
     export = ExportSFTConfig(input_dir=config.qa_path, output_dir=str(out), system_prompt=config.system_prompt,
                              validation_fraction=config.validation_fraction, seed=config.seed,
-                             max_per_score=config.max_per_score)  # fmt: skip
+                             max_per_score=config.max_per_score, score_first=config.score_first)  # fmt: skip
     template, _ = load_template(None)
     dsd = build_sft(rule_annotations(records), export, template)
     write_sft(dsd, out)
@@ -159,5 +163,7 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
         counts[name] = len(split)
         for s in split["score"] if len(split) else []:
             counts[f"score_{s}"] = counts.get(f"score_{s}", 0) + 1
-    (out / "labels.json").write_text(json.dumps({"rule": RULE_VERSION, **counts}, indent=1) + "\n")
+    (out / "labels.json").write_text(
+        json.dumps({"rule": RULE_VERSION, "score_first": config.score_first, **counts}, indent=1) + "\n"
+    )
     return counts

@@ -11,7 +11,8 @@ The teacher reads the question and ONE document and answers in a fixed two-field
     Score: <1-5>
 
 `parse` accepts whitespace and markdown variants (`**Comment:**`, `comment -`, `Score: 4/5`,
-`Score: **4**`) and rejects unusable outputs with a reason code (`REASONS`). It also finds the generated
+`Score: **4**`) and the score-first order of the `score_first` SFT variant (`Score:` line, then `Comment:`;
+not the paper's format, see `annotation_text`), and rejects unusable outputs with a reason code (`REASONS`). It also finds the generated
 token that carries the score digit and keeps its logprob (a tie-breaker between equal scores) and, when the
 backend returned top-k logprobs there, the logprobs of the five score tokens "1".."5".
 
@@ -74,9 +75,15 @@ def render(template: str, question: str, title: str, document: str) -> str:
     return templates.fill(template, {"question": question, "title": title, "document": document})
 
 
-def annotation_text(comment: str, score: int) -> str:
-    """The canonical two-field answer (the student's SFT target)."""
-    return f"Comment: {comment}\nScore: {score}"
+def annotation_text(comment: str, score: int, score_first: bool = False) -> str:
+    """The canonical two-field answer (the student's SFT target). `score_first`: a variant that departs from
+    the paper's comment-then-score format: the student commits to its score in the first tokens of its
+    answer, conditioned on the question and document alone, and writes the comment after it.
+
+    >>> annotation_text("Names the city.", 5, score_first=True)
+    'Score: 5\\nComment: Names the city.'
+    """
+    return f"Score: {score}\nComment: {comment}" if score_first else f"Comment: {comment}\nScore: {score}"
 
 
 @dataclass(frozen=True)
@@ -89,25 +96,31 @@ class ParsedAnnotation:
 
 
 def parse_annotation(text: str, max_comment_words: int = 120) -> ParsedAnnotation | Rejected:
-    """Parse `Comment: ... / Score: s` text (format and length checks only; see `VerbalAnnotationStep`).
+    """Parse `Comment: ... / Score: s` text (format and length checks only; see `VerbalAnnotationStep`), or
+    the score-first `Score: s / Comment: ...` (a Score line before the comment and none after it).
 
     >>> parse_annotation("**Comment:** Names the city.\\n\\n**Score:** 4/5")
     ParsedAnnotation(comment='Names the city.', score=4, score_offset=41)
+    >>> parse_annotation("Score: 2\\nComment: Only the name matches.")
+    ParsedAnnotation(comment='Only the name matches.', score=2, score_offset=7)
     >>> parse_annotation("Comment: fine")
     Rejected(reason='missing_score', detail='no Score: line')
     """
     comment_m = _COMMENT.search(text)
-    score_ms = [m for m in _SCORE.finditer(text) if comment_m is None or m.start() >= comment_m.end()]
     if comment_m is None:
         return Rejected("missing_comment", "no Comment: line")
-    if not score_ms:
+    scores = list(_SCORE.finditer(text))
+    after = [m for m in scores if m.start() >= comment_m.end()]
+    before = [m for m in scores if m.end() <= comment_m.start()]
+    if not after and not before:
         return Rejected("missing_score", "no Score: line")
-    score_m = score_ms[0]
+    score_m = after[0] if after else before[0]
+    comment_end = score_m.start() if after else len(text)
     value = _VALUE.match(text, score_m.end())
     if value is None or value["digit"] not in SCORES:
         shown = text[score_m.end() : score_m.end() + 20].splitlines()[0] if text[score_m.end() :] else ""
         return Rejected("invalid_score", f"score value {shown!r} is not an integer 1-5")
-    comment = re.sub(r"\s+", " ", text[comment_m.end() : score_m.start()].replace("**", "")).strip(" *_")
+    comment = re.sub(r"\s+", " ", text[comment_m.end() : comment_end].replace("**", "")).strip(" *_")
     if not comment:
         return Rejected("empty_comment", "the Comment: field is empty")
     words = len(comment.split())
