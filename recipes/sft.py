@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import set_seed
 from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
@@ -41,7 +42,14 @@ from r3forge.errors import ConfigError
 from r3forge.sft.config import SFT_CONFIGS, TASKS, SFTScriptArguments
 from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info
 from r3forge.sft.taskeval import TaskEval, whole_questions
-from r3forge.sft.train import TASK_COLUMNS, check_deepspeed_launch, distributed_info, load_model, load_split
+from r3forge.sft.train import (
+    TASK_COLUMNS,
+    bound_cpu_heap,
+    check_deepspeed_launch,
+    distributed_info,
+    load_model,
+    load_split,
+)
 
 
 def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfig) -> dict[str, Any]:
@@ -51,6 +59,8 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite)
     out = Path(training.output_dir)
     check_deepspeed_launch(training)
+    if not torch.cuda.is_available():
+        bound_cpu_heap()  # a CPU run's RSS stays flat over variable-length batches
     set_seed(training.seed)
 
     # data: prompt/completion chat rows; the held-out split feeds both eval loss and task metrics

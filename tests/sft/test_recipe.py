@@ -4,6 +4,7 @@ learned), full and LoRA runs of a few steps that change the weights, the run fol
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import datasets
@@ -21,6 +22,7 @@ from r3forge.errors import ConfigError
 from r3forge.recipes.sft import main
 from r3forge.release.export import export_run
 from r3forge.sft.config import SFT_CONFIGS
+from r3forge.sft.train import bound_cpu_heap
 
 ROWS = [
     {"prompt": [{"role": "user", "content": f"Is document {i} about question {i}?"}],
@@ -181,3 +183,13 @@ def test_bad_inputs(data: Path, tmp_path: Path) -> None:
 def test_bf16_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="bf16: false"):
         parse_config(SFT_CONFIGS, ["--dataset", "x", "--output_dir", str(tmp_path), "--bf16", "true"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_bound_cpu_heap_sets_glibcs_threshold_unless_the_user_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    """glibc accepts the fixed mmap threshold (RSS of the CPU reranker run: 14 GiB at step 62 without it,
+    4-8 GiB with it; see `bound_cpu_heap`); a user's MALLOC_MMAP_THRESHOLD_ is left alone."""
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert bound_cpu_heap() is True
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4194304")
+    assert bound_cpu_heap() is False
