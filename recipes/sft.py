@@ -68,6 +68,12 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     held = None
     if script.eval_dataset or script.eval_split:
         source = script.eval_dataset or script.dataset
+        if not script.eval_dataset and (script.eval_split or "validation") == script.train_split:
+            raise ConfigError(
+                f"eval_split {script.eval_split!r} of dataset {script.dataset} is the training split: the "
+                "held-out metrics would score training rows; set eval_dataset (the same folder to score "
+                "training rows on purpose), another eval_split, or eval_split: '' (no evaluation)"
+            )
         if script.eval_dataset or Path(source).is_dir():
             held = load_split(source, script.eval_split or "validation", script.max_eval_samples)
     missing = set(TASK_COLUMNS[script.task]) - set((held or train).column_names)
