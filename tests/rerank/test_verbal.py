@@ -13,7 +13,7 @@ from r3forge.backends import HFLocalBackend, HFLocalConfig
 from r3forge.backends.base import Choice
 from r3forge.errors import ConfigError
 from r3forge.rerank import Candidate, Reranker, RerankOutput, VerbalConfig, VerbalReranker, order
-from r3forge.rerank.verbal import judge
+from r3forge.rerank.verbal import judge, ranking_scores
 
 PARIS = Candidate("paris", "Paris", "Paris is the capital and largest city of France.")
 TULIP = Candidate("tulip", "Tulip", "The tulip is a flowering plant of the lily family.")
@@ -93,3 +93,26 @@ def test_real_generation(backend: HFLocalBackend) -> None:
 def test_order_uses_the_score_token_logprob() -> None:
     out = RerankOutput([4.0, 4.0, 0.0, 5.0], tiebreak=[-0.9, -0.1, math.nan, -2.0])
     assert order(out) == [3, 1, 0, 2]
+
+
+def test_rank_by_expected_score(backend: HFLocalBackend) -> None:
+    """Two pairs both scored 1: by the parsed score they tie (the logprob of "1" breaks it, which puts the
+    more confidently irrelevant one first); by the expected score the one with more mass on 2..5 comes first."""
+    tok = backend.tokenizer
+    digit = {d: tok.convert_tokens_to_ids(str(d)) for d in range(1, 6)}
+    text = "Comment: It is about a plant.\nScore: 1"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+
+    def choice(p1: float, p5: float) -> Choice:
+        top = [{i: -0.1} for i in ids[:-1]] + [{digit[1]: math.log(p1), digit[5]: math.log(p5)}]
+        return Choice(text, ids, [-0.1] * (len(ids) - 1) + [math.log(p1)], top, "stop")
+
+    sure, unsure = judge(choice(0.9, 0.1), "", tok), judge(choice(0.6, 0.4), "", tok)
+    assert (sure.score, unsure.score) == (1.0, 1.0)
+    assert order(
+        RerankOutput(ranking_scores([sure, unsure], "score"), tiebreak=[sure.tiebreak, unsure.tiebreak])
+    ) == [0, 1]
+    expected = ranking_scores([sure, unsure], "expected")
+    assert expected == pytest.approx([1.4, 2.6]) and order(RerankOutput(expected)) == [1, 0]
+    with pytest.raises(ConfigError, match="rank_by must be one of"):
+        VerbalConfig(rank_by="mean")

@@ -96,6 +96,12 @@ class SearchConfig:
                   "empty: reranker_model's with reranker_serve, else none (ties by retriever order)."},
     )  # fmt: skip
     reranker_max_tokens: int = field(default=128, metadata={"help": "Max new tokens of comment + score."})
+    reranker_rank_by: str = field(
+        default="score",
+        metadata={
+            "help": "Rank by the parsed score (ties: its logprob; the paper) or `expected` (sum s*p(s))."
+        },
+    )
     reranker_gpu_memory_utilization: float = field(
         default=0.0,
         metadata={"help": "reranker_serve / vllm on a GPU: its share of GPU memory (0: vLLM's default, 0.9; "
@@ -267,6 +273,6 @@ def open_env(stack: ExitStack, search: SearchConfig, config: EnvConfig) -> Searc
     reranker = None
     if config.observation == "verbal":
         reranker_llm = stack.enter_context(open_llm(search.reranker()))
-        verbal = VerbalConfig(max_tokens=search.reranker_max_tokens)
+        verbal = VerbalConfig(max_tokens=search.reranker_max_tokens, rank_by=search.reranker_rank_by)
         reranker = VerbalReranker(reranker_llm.backend, reranker_llm.tokenizer, verbal)
     return SearchEnv(retriever, reranker, config)

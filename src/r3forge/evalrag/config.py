@@ -135,3 +135,7 @@ class RerankModelsConfig:
     reranker_max_tokens: int = field(
         default=128, metadata={"help": "verbal: max new tokens of comment + score."}
     )
+    reranker_rank_by: str = field(
+        default="score",
+        metadata={"help": "verbal: rank by the parsed score (ties: its logprob; the paper) or `expected`."},
+    )

@@ -59,6 +59,8 @@ def fingerprint(method: str, config: EvalRagConfig, models: RerankModelsConfig, 
             "reranker": _identity(models.reranker_model, models),
             "max_tokens": models.reranker_max_tokens,
         }
+        if models.reranker_rank_by != "score":  # saved scores of earlier runs keep their key
+            setting["rank_by"] = models.reranker_rank_by
     elif method == "yesno":
         setting["reranker"] = _identity(models.yesno_model, models)
     elif method != "none":
@@ -167,7 +169,7 @@ def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles
         if method == "yesno":
             reranker = YesNoReranker(llm.backend, llm.tokenizer)
         else:
-            verbal = VerbalConfig(max_tokens=models.reranker_max_tokens)
+            verbal = VerbalConfig(max_tokens=models.reranker_max_tokens, rank_by=models.reranker_rank_by)
             reranker = VerbalReranker(llm.backend, llm.tokenizer, verbal)
     return lambda chunk: _rerank(chunk, reranker)
 

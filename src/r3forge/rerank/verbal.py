@@ -4,7 +4,9 @@ The prompt is built exactly as the annotation pipeline's `VerbalAnnotationStep.p
 template, few-shot demos, prefill and sampling), so a student distilled on those annotations is asked the
 way it was trained. Outputs are read with `parse_annotation`:
 
-* `scores`: the parsed 1-5 score (0 when the output does not parse);
+* `scores`: the parsed 1-5 score (0 when the output does not parse); with `rank_by: expected`, the expected
+  score sum_s s * p(s) over the five digit logprobs where the output has them (a student whose argmax is
+  nearly constant still ranks by how much mass it puts on the high scores);
 * `tiebreak`: the logprob of the generated score token (NaN when it cannot be located), higher first;
 * `notes`: the comment (None when unparsed), for prompts that show the reranker's comments to the reader.
 
@@ -32,6 +34,8 @@ from r3forge.errors import ConfigError
 from r3forge.rerank.base import Candidate, RerankOutput, check_inputs, flat_pairs, split_flat
 from r3forge.synth.engine import Rejected
 
+RANK_BY = ("score", "expected")
+
 
 @dataclass
 class VerbalConfig:
@@ -53,8 +57,15 @@ class VerbalConfig:
     max_comment_words: int = field(
         default=120, metadata={"help": "Longer comments count as parse failures (as in the annotation step)."}
     )
+    rank_by: str = field(
+        default="score",
+        metadata={"help": "score: the parsed 1-5 score, ties by the score token's logprob (the paper); "
+                  "expected: sum_s s*p(s) over the digit logprobs (top_logprobs >= 5), else the score."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
+        if self.rank_by not in RANK_BY:
+            raise ConfigError(f"VerbalConfig: rank_by must be one of {RANK_BY}, got {self.rank_by!r}")
         if self.max_tokens < 1 or self.top_logprobs < 0:
             raise ConfigError(
                 f"VerbalConfig: need max_tokens >= 1 and top_logprobs >= 0, got {self.max_tokens}, "
@@ -87,6 +98,20 @@ def judge(choice: Choice, prefill: str, tokenizer: Any, max_comment_words: int =
         return VerbalJudgment(float(parsed.score), math.nan, parsed.comment, None, None)
     expected = expected_score(score_logprobs(choice.top_logprobs[t], decode)) if choice.top_logprobs else None
     return VerbalJudgment(float(parsed.score), choice.logprobs[t], parsed.comment, expected, None)
+
+
+def ranking_scores(judgments: Sequence[VerbalJudgment], rank_by: str) -> list[float]:
+    """The scores a reranker ranks by: the parsed scores, or (`expected`) each judgment's expected score where
+    it has one (else its parsed score; 0 when unparsed).
+
+    >>> js = [VerbalJudgment(1.0, -0.1, "a", 1.4, None), VerbalJudgment(1.0, -0.05, "b", 1.1, None),
+    ...       VerbalJudgment(3.0, -0.2, "c", None, None), VerbalJudgment(0.0, math.nan, None, None, "x")]
+    >>> ranking_scores(js, "score"), ranking_scores(js, "expected")
+    ([1.0, 1.0, 3.0, 0.0], [1.4, 1.1, 3.0, 0.0])
+    """
+    if rank_by == "expected":
+        return [j.expected_score if j.expected_score is not None else j.score for j in judgments]
+    return [j.score for j in judgments]
 
 
 class VerbalReranker:
@@ -132,8 +157,9 @@ class VerbalReranker:
                 "raw": [self.config.prefill + ch.text for ch in chs],
                 "finish_reasons": [ch.finish_reason for ch in chs],
                 "prompt_version": self.step.version,
+                "parsed_scores": [j.score for j in js],
             }
-            scores, comments = [j.score for j in js], [j.comment for j in js]
+            scores, comments = ranking_scores(js, self.config.rank_by), [j.comment for j in js]
             tiebreak = [j.tiebreak for j in js]
             outputs.append(RerankOutput(scores, tiebreak=tiebreak, notes=comments, extra=extra))
         return outputs
