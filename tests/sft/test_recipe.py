@@ -171,7 +171,7 @@ def test_lora_run_trains_only_the_adapter(data: Path, smollm2_path: Path, tmp_pa
 def test_bad_inputs(data: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no split 'dev'"):
         main(*configs(data, tmp_path / "a", "--eval_split", "dev"))
-    with pytest.raises(ConfigError, match="eval_split 'train' of dataset .* is the training split"):
+    with pytest.raises(ConfigError, match=r"eval_split 'train' of dataset .* is the training split"):
         main(*configs(data, tmp_path / "t", "--eval_split", "train"))  # e.g. --eval_dataset '' over a YAML's
     with pytest.raises(ConfigError, match="neither a DatasetDict folder"):
         main(*configs(tmp_path / "missing", tmp_path / "b"))

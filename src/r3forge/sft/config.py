@@ -53,6 +53,11 @@ class SFTScriptArguments:
         metadata={"help": "qream: the fixed reader answering from the student's rewrites (name or folder)."},
     )
     reader_few_shot: bool = field(default=True, metadata={"help": "qream: two short-answer demos first."})
+    bound_cpu_heap: bool = field(
+        default=False,
+        metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold: final RSS 0.25x, peak 0.72x, but 1.33x "
+                  "s/step (tests/benchmarks/bench_cpu_heap.py); for long runs near the memory limit."},
+    )  # fmt: skip
     overwrite: bool = field(
         default=False,
         metadata={

@@ -71,8 +71,9 @@ def bound_cpu_heap(threshold: int = 1 << 20) -> bool:
     """On glibc (Linux), serve allocations of `threshold` bytes and more with mmap, which returns them to the
     OS when freed. glibc's default raises that threshold after each free up to 32 MiB, and the variable-length
     batches of a CPU run then fragment the heap: `configs/sft/verbal_reranker_cpu.yaml` (135M, batch 8, bf16)
-    grew to 14 GiB RSS by step 62 without this, and stayed at 4-8 GiB with it. A user's own
-    `MALLOC_MMAP_THRESHOLD_` is left alone. Returns whether the threshold was set."""
+    grew to 14 GiB RSS by step 62 without this, and stayed at 4-8 GiB with it; each step is ~1.33x slower
+    (`tests/benchmarks/bench_cpu_heap.py`), so the recipe sets it only with `bound_cpu_heap: true`. A user's
+    own `MALLOC_MMAP_THRESHOLD_` is left alone. Returns whether the threshold was set."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") is not None or not sys.platform.startswith("linux"):
         return False
     try:
