@@ -68,7 +68,7 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     held = None
     if script.eval_dataset or script.eval_split:
         source = script.eval_dataset or script.dataset
-        if not script.eval_dataset and (script.eval_split or "validation") == script.train_split:
+        if not script.eval_dataset and script.eval_split == script.train_split:
             raise ConfigError(
                 f"eval_split {script.eval_split!r} of dataset {script.dataset} is the training split: the "
                 "held-out metrics would score training rows; set eval_dataset (the same folder to score "

@@ -204,9 +204,8 @@ def config_to_dict(config: Any) -> dict[str, Any]:
             return [plain(x) for x in v]
         if isinstance(v, dict):
             return {str(k): plain(x) for k, x in v.items()}
-        if dataclasses.is_dataclass(v) and not isinstance(
-            v, type
-        ):  # e.g. TrainingArguments' AcceleratorConfig
+        # a dataclass instance, e.g. TrainingArguments' AcceleratorConfig: as a mapping --config reads back
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return plain(dataclasses.asdict(v))
         if isinstance(v, (str, int, float, bool)) or v is None:
             return v

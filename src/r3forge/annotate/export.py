@@ -165,13 +165,13 @@ def build_sft(
     """Flat accepted annotations -> the split `DatasetDict` (dedup, rebalance, split by question)."""
     if not 0 <= config.validation_fraction < 1:
         raise ConfigError(f"validation_fraction must be in [0, 1), got {config.validation_fraction}")
-    if config.score_first and row is not sft_row:
+    verbal = row is sft_row
+    if config.score_first and not verbal:
         raise ConfigError("score_first applies to verbal annotations, not to paraphrases")
-    extra = (config.score_first,) if row is sft_row else ()
-    rows = [row(r, template, config.system_prompt, *extra) for r in records]
-    rows = dedup(rows)
+    extra = (config.score_first,) if verbal else ()
+    rows = dedup(row(r, template, config.system_prompt, *extra) for r in records)
     train, validation = split_by_question(rows, config.validation_fraction, config.seed)
-    if row is sft_row:  # the training split only: held-out questions keep every pair (a ranking needs them)
+    if verbal:  # the training split only: held-out questions keep every pair (a ranking needs them)
         train = rebalance(train, config.balance_ratio, config.max_per_score, config.seed)
     # an empty split is left out: datasets cannot load a saved split without rows
     return datasets.DatasetDict(
