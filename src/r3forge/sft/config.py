@@ -53,6 +53,11 @@ class SFTScriptArguments:
         metadata={"help": "qream: the fixed reader answering from the student's rewrites (name or folder)."},
     )
     reader_few_shot: bool = field(default=True, metadata={"help": "qream: two short-answer demos first."})
+    compact_cpu_lm_head: bool = field(
+        default=True,
+        metadata={"help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "
+                  "every position: same loss, ~0.4x s/step (tests/benchmarks/bench_sft_lm_head.py)."},
+    )  # fmt: skip
     bound_cpu_heap: bool = field(
         default=False,
         metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold: final RSS 0.25x, peak 0.72x, but 1.33x "

@@ -14,6 +14,7 @@ from typing import Any
 
 import datasets
 import torch
+import trl.trainer.utils as trl_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
@@ -81,6 +82,30 @@ def bound_cpu_heap(threshold: int = 1 << 20) -> bool:
     except OSError:  # musl and other C libraries: nothing to set
         return False
     return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
+
+
+def compact_cpu_lm_head() -> bool:
+    """Make TRL's fused LM head score only the labelled positions on CPU too.
+
+    `SFTTrainer` (trl 1.16) projects the hidden states through the LM head in tiles and, on CUDA/XPU, only
+    where the next-token label is not -100; elsewhere it scores every position (fixed tile shapes for
+    compiled backends such as Neuron) and masks afterwards. In completion-only SFT on an eager CPU that is
+    every prompt token too: for the verbal reranker (~220 prompt + ~30 completion tokens per row) the
+    49k-vocabulary head in fp32 tiles was half of each step. The loss, its gradient and the logged entropy /
+    token accuracy are the same sums over the same labelled positions either way (tests/sft/test_train.py);
+    the step takes ~0.4x the time (`tests/benchmarks/bench_sft_lm_head.py`). Only TRL's compaction check is
+    widened (its kernel choice, Triton or torch tiles, is a separate check and stays). Returns whether it
+    was applied (False on a TRL without that check, or when already applied)."""
+    decide = getattr(trl_utils, "_use_triton", None)
+    if decide is None or getattr(decide, "r3forge_compact", False):
+        return False
+
+    def compact(device: torch.device) -> bool:
+        return device.type == "cpu" or decide(device)
+
+    compact.r3forge_compact = True  # type: ignore[attr-defined]
+    trl_utils._use_triton = compact
+    return True
 
 
 def check_deepspeed_launch(training: SFTConfig) -> None:

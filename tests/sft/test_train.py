@@ -1,0 +1,58 @@
+"""`compact_cpu_lm_head`: TRL's fused LM head on CPU scores only the labelled positions, with the same loss,
+gradient and logged per-token fields as TRL's every-position path (the embedded model, a completion-only
+batch of two rows with different prompt lengths)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import trl.trainer.utils as trl_utils
+from transformers import AutoModelForCausalLM
+
+from r3forge.sft.train import compact_cpu_lm_head
+
+
+@pytest.fixture
+def fused_model(smollm2_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # restore TRL's own compaction check after the test (the patch is process-wide)
+    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    return model
+
+
+def test_compact_cpu_lm_head_scores_the_labelled_positions_only(fused_model, monkeypatch: pytest.MonkeyPatch):
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, fused_model.config.vocab_size, (2, 40), generator=gen)  # (B, T)
+    labels = ids.clone()
+    labels[0, :30] = -100  # prompt of row 0
+    labels[1, :25] = -100  # prompt of row 1, and right padding
+    labels[1, 36:] = -100
+    scored: list[int] = []  # rows the head projected per call
+    apply = trl_utils._ChunkedLogProbFunction.apply
+
+    def counting(hidden, *args):
+        scored.append(hidden.shape[0])
+        return apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
+
+    def step():
+        fused_model.zero_grad(set_to_none=True)
+        out = fused_model(input_ids=ids, labels=labels, fused_lm_head=True)
+        out.loss.backward()
+        return out, fused_model.get_output_embeddings().weight.grad.clone()
+
+    every, every_grad = step()
+    assert compact_cpu_lm_head()
+    assert not compact_cpu_lm_head()  # applied once
+    compact, compact_grad = step()
+    labelled = int((labels[:, 1:] != -100).sum())  # 10 + 11 next-token labels
+    assert scored == [2 * 39, labelled]
+    torch.testing.assert_close(compact.loss, every.loss, atol=1e-5, rtol=1e-5)
+    for name in ("log_probs", "entropy", "is_top1"):
+        torch.testing.assert_close(getattr(compact, name), getattr(every, name), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(compact_grad, every_grad, atol=1e-6, rtol=1e-4)
+    assert trl_utils._use_triton(torch.device("cpu"))
