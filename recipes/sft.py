@@ -45,8 +45,8 @@ from r3forge.sft.taskeval import TaskEval, whole_questions
 from r3forge.sft.train import (
     TASK_COLUMNS,
     bound_cpu_heap,
-    compact_cpu_lm_head,
     check_deepspeed_launch,
+    compact_cpu_lm_head,
     distributed_info,
     load_model,
     load_split,
