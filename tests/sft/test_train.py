@@ -16,8 +16,9 @@ from r3forge.sft.train import compact_cpu_lm_head
 
 @pytest.fixture
 def fused_model(smollm2_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # restore TRL's own compaction check after the test (the patch is process-wide)
-    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)
+    # TRL's own compaction check, also when an in-process SFT run applied the patch before; restored after
+    check = trl_utils._use_triton
+    monkeypatch.setattr(trl_utils, "_use_triton", getattr(check, "r3forge_original", check))
     model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
     trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
     return model

@@ -97,13 +97,13 @@ def compact_cpu_lm_head() -> bool:
     widened (its kernel choice, Triton or torch tiles, is a separate check and stays). Returns whether it
     was applied (False on a TRL without that check, or when already applied)."""
     decide = getattr(trl_utils, "_use_triton", None)
-    if decide is None or getattr(decide, "r3forge_compact", False):
+    if decide is None or hasattr(decide, "r3forge_original"):
         return False
 
     def compact(device: torch.device) -> bool:
         return device.type == "cpu" or decide(device)
 
-    compact.r3forge_compact = True  # type: ignore[attr-defined]
+    compact.r3forge_original = decide  # type: ignore[attr-defined]  # TRL's own check (process-wide patch)
     trl_utils._use_triton = compact
     return True
 
