@@ -1,4 +1,4 @@
-"""Ranking metrics: NDCG@k (graded), Recall@k, Precision@k, MRR, and Spearman correlation.
+"""Ranking metrics: NDCG@k (graded), Recall@k, Precision@k, MRR, Spearman correlation and ROC AUC.
 
 A ranking is a list of doc ids, best first. Relevance (``qrels``) is either a dict doc_id -> grade (docs
 missing from it have grade 0; its values are all the judged docs) or a list of grades aligned with the
@@ -21,7 +21,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import rankdata, spearmanr
 
 Qrels = Mapping[Hashable, float] | Sequence[float]
 
@@ -193,3 +193,25 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     if np.isnan(x).any() or np.isnan(y).any() or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")  # scipy warns (ConstantInputWarning) and returns nan for a constant side
     return float(np.clip(spearmanr(x, y).statistic, -1.0, 1.0))
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float | None:
+    """ROC AUC: the probability that a random positive scores above a random negative, ties counting half
+    (the Mann-Whitney U statistic over average ranks; equal to `sklearn.metrics.roc_auc_score`). None when
+    the labels hold only one class.
+
+    >>> roc_auc([0.9, 0.8, 0.3, 0.1], [1, 1, 0, 0]), roc_auc([0.5, 0.5, 0.5], [1, 0, 1])
+    (1.0, 0.5)
+    >>> roc_auc([0.2, 0.4], [1, 1]) is None
+    True
+    """
+    s, y = np.asarray(scores, dtype=np.float64), np.asarray(labels)
+    if s.shape != y.shape or s.ndim != 1:
+        raise ValueError(f"scores and labels must be 1-D of the same length, got {s.shape} and {y.shape}")
+    positives, negatives = int((y == 1).sum()), int((y == 0).sum())
+    if positives + negatives != len(y):
+        raise ValueError("labels must be 0 or 1")
+    if positives == 0 or negatives == 0:
+        return None
+    ranks = rankdata(s)  # average ranks for ties
+    return float((ranks[y == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))

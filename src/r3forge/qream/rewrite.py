@@ -52,7 +52,8 @@ def strip_echo(text: str) -> str:
     return _ECHO.sub("", text).strip()
 
 
-_SENTENCE = re.compile(r"[^.!?]+[.!?]+(?=\s|$)")
+# a sentence ends at . ! ? before whitespace or the end: "2.1 million" and "e.g.," stay inside one
+SENTENCE = re.compile(r"(?:[^.!?]|[.!?](?!\s|$))+[.!?]+(?=\s|$)")
 
 
 def trim_generation(text: str, truncated: bool) -> tuple[str, str]:
@@ -65,9 +66,11 @@ def trim_generation(text: str, truncated: bool) -> tuple[str, str]:
     ('A is B. C is D.', 'repetition')
     >>> trim_generation("A is B. C is", True)
     ('A is B.', 'unfinished')
+    >>> trim_generation("It has 2.1 million people. It is", True)  # a decimal point ends no sentence
+    ('It has 2.1 million people.', 'unfinished')
     """
     text = " ".join(text.split())
-    sentences = [m.group().strip() for m in _SENTENCE.finditer(text)]
+    sentences = [m.group().strip() for m in SENTENCE.finditer(text)]
     seen, kept = set(), []
     for sentence in sentences:
         if sentence.lower() in seen:

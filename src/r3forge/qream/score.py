@@ -17,8 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from r3forge.annotate.judge import p_yes
+from r3forge.annotate.verbal import token_decoder
 from r3forge.backends.base import GenerationRequest, GenerationResult
+from r3forge.errors import ConfigError
 from r3forge.metrics.qa import normalize_answer, short_answer
+from r3forge.qream.rewrite import SENTENCE
 from r3forge.qream.select import hard_filter, s_fact, s_perf
 from r3forge.synth.engine import Rejected
 
@@ -44,7 +48,6 @@ JUDGE_PROMPT = (
     "one word, yes or no."
 )
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<fact>.+?)\s*$")
-_SENTENCE = re.compile(r"[^.!?]+[.!?]+(?=\s|$)")
 _VERDICT = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 # dropped before the lexical support check: they carry no fact (articles go in SQuAD normalization already)
 _FUNCTION_WORDS_TEXT = (
@@ -52,7 +55,7 @@ _FUNCTION_WORDS_TEXT = (
     "its he she they his her their them which who whom whose also has have had not no there than then into "
     "about after before over under during while"
 )
-_FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
+FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
 
 
 def _sha(text: str) -> str:
@@ -119,7 +122,7 @@ def parse_facts(text: str, max_facts: int) -> list[str]:
     ['Paris is in France.', 'It is large.']
     """
     bullets = [m["fact"] for m in map(_BULLET.match, text.splitlines()) if m]
-    lines = bullets or [s.strip() for s in _SENTENCE.findall(" ".join(text.split())) if len(s.split()) >= 3]
+    lines = bullets or [s.strip() for s in SENTENCE.findall(" ".join(text.split())) if len(s.split()) >= 3]
     return list(dict.fromkeys(lines))[:max_facts]
 
 
@@ -151,27 +154,65 @@ class FactExtractStep:
 
 @dataclass
 class FactJudgeStep:
-    """Fidelity, part 2: one request per fact ("supported by r_raw?"); S_fact = supported / all facts. A
-    verdict that is neither yes nor no counts as not supported (and is counted in `unclear`)."""
+    """Fidelity, part 2: one request per fact ("supported by r_raw?"); S_fact = supported / all facts.
+
+    `scoring="verdict"` (the paper's LLM judge) parses the generated yes/no; a verdict that is neither counts
+    as not supported (and in `unclear`). `scoring="probability"` reads one answer token's top-k logprobs:
+    p_yes = P(yes) / (P(yes) + P(no)), supported when p_yes >= `tau` (calibrate `tau` on the probe set of
+    `qream/judge_probe.py`); a position where neither word is in the top k counts as unclear, p_yes None.
+    Both keep `p_yes` per fact (the verdict mode's from its first generated token).
+    """
 
     max_tokens: int = 8
-    tokenizer: Any = field(default=None, repr=False, compare=False)
+    scoring: str = "verdict"  # "verdict" | "probability"
+    tau: float = 0.5
+    top_logprobs: int = 20
+    tokenizer: Any = field(default=None, repr=False, compare=False)  # decodes token ids (in-process backends)
     name: str = field(default="qream_fact_judge", init=False)
-    version: str = field(default=JUDGE_VERSION, init=False)
+
+    def __post_init__(self) -> None:
+        if self.scoring not in ("verdict", "probability"):
+            raise ConfigError(f"FactJudgeStep: scoring must be verdict or probability, got {self.scoring!r}")
+        if not 0 <= self.tau <= 1 or self.top_logprobs < 2:
+            raise ConfigError(f"FactJudgeStep: need 0 <= tau <= 1 and top_logprobs >= 2, got {self}")
+        # tau is not in the version: a cached record is re-thresholded by `at_tau`, not re-generated
+        self.version = JUDGE_VERSION + ("" if self.scoring == "verdict" else f"+prob@{self.top_logprobs}")
+        self.decode = token_decoder(self.tokenizer)
 
     def key(self, item: dict) -> dict:
         return candidate_key(item) | {"raw_sha256": _sha(item["raw"]), "facts": list(item["facts"])}
 
     def prompt(self, item: dict) -> list[GenerationRequest]:
+        tokens = 1 if self.scoring == "probability" else self.max_tokens
         return [
-            _chat(JUDGE_PROMPT.format(raw=item["raw"], fact=f), 0.0, self.max_tokens) for f in item["facts"]
-        ]
+            GenerationRequest(messages=[{"role": "user", "content": JUDGE_PROMPT.format(raw=item["raw"], fact=f)}],
+                              temperature=0.0, max_tokens=tokens, top_logprobs=self.top_logprobs)
+            for f in item["facts"]
+        ]  # fmt: skip
 
     def parse(self, item: dict, results: list[GenerationResult]) -> dict | Rejected:
-        verdicts = [_VERDICT.search(r.choices[0].text) for r in results]
-        supported = [bool(v) and v.group(1).lower() == "yes" for v in verdicts]
-        return {**candidate_key(item), "facts": list(item["facts"]), "supported": supported,
-                "unclear": sum(v is None for v in verdicts), "s_fact": s_fact(supported)}  # fmt: skip
+        choices = [r.choices[0] for r in results]
+        probs = [p_yes(c.top_logprobs[0], self.decode) if c.top_logprobs else None for c in choices]
+        if self.scoring == "probability":
+            supported = [p is not None and p >= self.tau for p in probs]
+            unclear = sum(p is None for p in probs)
+        else:
+            verdicts = [_VERDICT.search(c.text) for c in choices]
+            supported = [bool(v) and v.group(1).lower() == "yes" for v in verdicts]
+            unclear = sum(v is None for v in verdicts)
+        return {**candidate_key(item), "facts": list(item["facts"]), "supported": supported, "p_yes": probs,
+                "unclear": unclear, "s_fact": s_fact(supported)}  # fmt: skip
+
+
+def at_tau(record: dict, tau: float) -> dict:
+    """A probability-scored judge record with `supported` and `s_fact` recomputed at threshold `tau` (cached
+    records keep the tau they were parsed with).
+
+    >>> at_tau({"p_yes": [0.9, 0.4, None], "supported": [True, False, False], "s_fact": 1 / 3}, 0.3)["s_fact"]
+    0.6666666666666666
+    """
+    supported = [p is not None and p >= tau for p in record["p_yes"]]
+    return record | {"supported": supported, "s_fact": s_fact(supported)}
 
 
 def lexical_support(fact: str, raw: str, threshold: float = 0.8) -> bool:
@@ -188,11 +229,19 @@ def lexical_support(fact: str, raw: str, threshold: float = 0.8) -> bool:
     """
     if not 0 < threshold <= 1:
         raise ValueError(f"lexical support threshold must be in (0, 1], got {threshold}")
-    content = [t for t in normalize_answer(fact).split() if t not in _FUNCTION_WORDS]
-    if not content:
-        return False
+    return lexical_overlap(fact, raw) >= threshold
+
+
+def lexical_overlap(fact: str, raw: str) -> float:
+    """The share of the fact's content tokens found in r_raw (what `lexical_support` thresholds); 0.0 for a
+    fact without content tokens.
+
+    >>> lexical_overlap("Paris is in Spain.", "Paris is the capital of France.")
+    0.5
+    """
+    content = [t for t in normalize_answer(fact).split() if t not in FUNCTION_WORDS]
     vocabulary = set(normalize_answer(raw).split())
-    return sum(t in vocabulary for t in content) / len(content) >= threshold
+    return sum(t in vocabulary for t in content) / len(content) if content else 0.0
 
 
 def judge_lexical(item: dict, threshold: float = 0.8) -> dict:
