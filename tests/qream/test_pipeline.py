@@ -15,8 +15,10 @@ from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.errors import ConfigError
 from r3forge.qream.pipeline import QREAM_CONFIGS, QreamModelsConfig, role
+from r3forge.qream.rewrite import SENTENCE
 from r3forge.qream.score import lexical_support
 from r3forge.qream.select import hard_filter
+from r3forge.synth import load_accepted
 
 
 def test_roles_default_to_the_rewriter() -> None:
@@ -98,3 +100,45 @@ def test_lexical_fact_judge_reuses_every_model_stage(qream_run, tmp_path, capsys
 def test_dry_run_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="dry_run"):
         run_command("annotate", ["qream", "--qa_path", "x", "--output_dir", str(tmp_path), "--dry_run"])
+
+
+def test_probability_fact_judge_rethresholds_cached_verdicts(qream_run, tmp_path, capsys) -> None:
+    argv, out = qream_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    argv = [*argv[: argv.index("--output_dir") + 1], str(copy), *argv[argv.index("--output_dir") + 2 :]]
+    assert run_command("annotate", [*argv, "--fact_judge", "prob", "--judge_tau", "0.3"]) == 0
+    assert (copy / "fact_judge_prob" / "manifest.json").is_file()
+    rows = [json.loads(line) for line in (copy / "candidates.jsonl").read_text().splitlines()]
+    judged = {(r["question_id"], r["round"]): r for r in load_accepted(copy / "fact_judge_prob")}
+    assert any(r["facts"] for r in rows)
+    for r in rows:
+        if r["facts"]:
+            probs = judged[(r["question_id"], r["round"])]["p_yes"]
+            assert len(probs) == len(r["facts"]) and all(p is None or 0.0 <= p <= 1.0 for p in probs)
+            assert r["supported"] == [p is not None and p >= 0.3 for p in probs]
+    capsys.readouterr()
+    assert run_command("annotate", [*argv, "--fact_judge", "prob", "--judge_tau", "1.0"]) == 0
+    assert "0 pending" in capsys.readouterr().err  # a new tau re-thresholds the cache, no new requests
+    rows = [json.loads(line) for line in (copy / "candidates.jsonl").read_text().splitlines()]
+    assert all(r["supported"] == [p is not None and p >= 1.0 for p in judged[(r["question_id"], r["round"])]["p_yes"]]
+               for r in rows if r["facts"])  # fmt: skip
+
+
+def test_extractive_teacher_through_the_dual_criteria(qream_run, tmp_path) -> None:
+    argv, _ = qream_run
+    out = tmp_path / "extractive"
+    argv = [*argv[: argv.index("--output_dir") + 1], str(out), *argv[argv.index("--output_dir") + 2 :]]
+    assert run_command("annotate", [*argv, "--rewriter", "extractive", "--fact_judge", "lexical"]) == 0
+    assert not (out / "seeds").exists() and not (out / "round1").exists()  # no rewriter model calls
+    rows = [json.loads(line) for line in (out / "candidates.jsonl").read_text().splitlines()]
+    report = json.loads((out / "report.json").read_text())
+    assert rows and report["rewriter"] == "extractive"
+    for r in rows:  # every sentence is r_raw's, and round 2 keeps more than round 1
+        body = " ".join(r["raw"].split())
+        kept = [s for p in r["document"].split("\n\n") for s in SENTENCE.findall(p.partition(": ")[2] or p)]
+        assert kept and all(s.strip() in body for s in kept)
+    by_q: dict[str, dict[int, str]] = {}
+    for r in rows:
+        by_q.setdefault(r["question_id"], {})[r["round"]] = r["document"]
+    assert all(len(d[2]) > len(d[1]) for d in by_q.values() if 2 in d)

@@ -1,7 +1,8 @@
 """`r3forge annotate qream`: seeds -> N rewriting rounds -> utility + fidelity scoring -> golden selection.
 
 Every stage runs through the synthesis engine in its own folder under `output_dir` (cached, resumable after
-`kill -9`, progress bar): `seeds/`, `round1/` .. `roundN/`, `reader/`, `facts/`, `fact_judge/`. Then:
+`kill -9`, progress bar): `seeds/`, `round1/` .. `roundN/`, `reader/`, `facts/`, `fact_judge/` (`fact_judge_prob/`
+with `fact_judge: prob`). Then:
 
     candidates.jsonl   every candidate: round, text, reader answer, hard filter, S_perf, S_fact, S_total,
                        whether it is the golden one (and, for dropped questions, why)
@@ -37,8 +38,16 @@ from r3forge.errors import ConfigError
 from r3forge.metrics.orientation import r_inc, s_orient
 from r3forge.metrics.qa import answer_in_text
 from r3forge.models import resolve_model
+from r3forge.qream.extractive import extractive_candidates
 from r3forge.qream.rewrite import RewriteStep, first_tokens, ft_prompt, raw_retrieval, rewrite_item
-from r3forge.qream.score import FactExtractStep, FactJudgeStep, ReaderStep, candidate_key, judge_lexical
+from r3forge.qream.score import (
+    FactExtractStep,
+    FactJudgeStep,
+    ReaderStep,
+    at_tau,
+    candidate_key,
+    judge_lexical,
+)
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
 from r3forge.qream.select import RewriteCandidate, hard_filter, select_golden
 from r3forge.synth.engine import EngineConfig, run_step
@@ -67,6 +76,11 @@ class QreamConfig:
     retriever_url: str = field(
         default="", metadata={"help": "r_raw from a running `r3forge serve retriever` instead of `index`."}
     )
+    rewriter: Literal["icl", "extractive"] = field(
+        default="icl",
+        metadata={"help": "icl (paper): the LLM rewrites with stylistic seeds; extractive: an offline teacher "
+                  "(not the paper) that keeps r_raw's question-bearing sentences, round n the best 2n."},
+    )  # fmt: skip
     rounds: int = field(default=3, metadata={"help": "N, rewriting rounds = candidates per question."})
     prefix_tokens: int = field(
         default=100, metadata={"help": "l, tokens of round n-1 that round n rewrites."}
@@ -85,11 +99,15 @@ class QreamConfig:
         default=False, metadata={"help": "Show the reader two short-answer demos first (small readers)."}
     )
     max_facts: int = field(default=20, metadata={"help": "Atomic facts judged per candidate at most."})
-    fact_judge: Literal["llm", "lexical"] = field(
+    fact_judge: Literal["llm", "prob", "lexical"] = field(
         default="llm",
-        metadata={"help": "llm (paper): the judge model, one request per fact; lexical: content-token overlap "
-                  "with r_raw >= lexical_threshold, no model (a cheap proxy for tiny CPU judges)."},
+        metadata={"help": "llm (paper): the judge model's generated yes/no, one request per fact; prob: its "
+                  "P(yes) / (P(yes) + P(no)) at the answer token >= judge_tau (calibrate: annotate "
+                  "qream-judge-probe); lexical: content-token overlap with r_raw >= lexical_threshold, no model."},
     )  # fmt: skip
+    judge_tau: float = field(
+        default=0.5, metadata={"help": "fact_judge prob: P(yes) threshold (from annotate qream-judge-probe)."}
+    )
     lexical_threshold: float = field(
         default=0.8, metadata={"help": "fact_judge lexical: share of a fact's content tokens found in r_raw."}
     )
@@ -167,7 +185,10 @@ def raw_retrievals(config: QreamConfig, targets: list[dict]) -> dict[str, str]:
 
 def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[dict], rewriter: LLM,
                         run: RunConfig) -> list[dict]:  # fmt: skip
-    """Seeds -> demos -> N rounds; returns every accepted rewrite as a candidate item (with r_raw)."""
+    """Seeds -> demos -> N rounds; returns every accepted rewrite as a candidate item (with r_raw). The
+    extractive teacher needs neither seeds nor the rewriter model."""
+    if config.rewriter == "extractive":
+        return extractive_candidates(targets, raw_retrievals(config, targets), config.rounds)
     out = Path(run.output_dir)
     run_step(SeedDocStep(config.seed_words), seeds, rewriter.backend, _stage(run, "seeds", rewriter))
     demos = [(d["question"], d["document"]) for d in load_accepted(out / "seeds")]
@@ -203,8 +224,14 @@ def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[st
         judged = {_ckey(c): judge_lexical(c, config.lexical_threshold) for c in with_facts}
     else:
         judge = roles["judge"]
-        run_step(FactJudgeStep(), with_facts, judge.backend, _stage(run, "fact_judge", judge))
-        judged = _by_candidate(out / "fact_judge")
+        scoring, folder = (
+            ("probability", "fact_judge_prob") if config.fact_judge == "prob" else ("verdict", "fact_judge")
+        )
+        step = FactJudgeStep(scoring=scoring, tau=config.judge_tau, tokenizer=judge.tokenizer)
+        run_step(step, with_facts, judge.backend, _stage(run, folder, judge))
+        judged = _by_candidate(out / folder)
+        if config.fact_judge == "prob":
+            judged = {k: at_tau(r, config.judge_tau) for k, r in judged.items()}
     rows = []
     for c in candidates:
         r, f, j = reader.get(_ckey(c)), facts.get(_ckey(c)), judged.get(_ckey(c))
@@ -335,8 +362,12 @@ def qream_main(
     """Run every stage (resuming what is done) and write the golden set, SFT data, report and card."""
     if config.rounds < 1:
         raise ConfigError(f"rounds must be >= 1, got {config.rounds}")
-    if config.fact_judge not in ("llm", "lexical"):
-        raise ConfigError(f"fact_judge must be llm or lexical, got {config.fact_judge!r}")
+    if config.rewriter not in ("icl", "extractive"):
+        raise ConfigError(f"rewriter must be icl or extractive, got {config.rewriter!r}")
+    if config.fact_judge not in ("llm", "prob", "lexical"):
+        raise ConfigError(f"fact_judge must be llm, prob or lexical, got {config.fact_judge!r}")
+    if not 0 <= config.judge_tau <= 1:
+        raise ConfigError(f"judge_tau must be in [0, 1], got {config.judge_tau}")
     if not 0 < config.lexical_threshold <= 1:
         raise ConfigError(f"lexical_threshold must be in (0, 1], got {config.lexical_threshold}")
     if run.dry_run:
@@ -360,13 +391,13 @@ def qream_main(
             return opened[ident]
 
         rewriter = get(rewriter_cfg)
-        names = ("reader", "facts") + (("judge",) if config.fact_judge == "llm" else ())
+        names = ("reader", "facts") + (("judge",) if config.fact_judge != "lexical" else ())
         roles = {name: get(role(rewriter_cfg, models, name)) for name in names}
         candidates = generate_candidates(config, targets, seeds, rewriter, run)
         rows = score_candidates(config, candidates, roles, run)
     rows, dropped = select_all(rows, config.selection)
     figures = report(rows, len(targets), dropped, config.selection)
-    figures |= {"echo_guard": config.echo_guard, "fact_judge": config.fact_judge}
+    figures |= {"rewriter": config.rewriter, "echo_guard": config.echo_guard, "fact_judge": config.fact_judge}
     if config.orient_model and rows:
         figures |= add_orientation(rows, config.orient_model)
     write_outputs(rows, figures, config, Path(run.output_dir))
