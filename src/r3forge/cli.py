@@ -68,6 +68,9 @@ COMMANDS: dict[str, tuple[str, str | Subcommands]] = {
                        "The paraphrased-context baseline: the teacher rewrites each document, no commentary."),
         "qream": ("r3forge.qream.cli:qream",
                   "QREAM: stylistic seeds, N rewriting rounds, utility + fidelity scoring, golden rewrites."),
+        "qream-judge-probe": ("r3forge.qream.cli:judge_probe",
+                              "QREAM's fact judges (LLM verdict, P(yes), lexical) on claims built from the data: "
+                              "AUC, calibrated tau."),
         "report": ("r3forge.annotate.cli:report",
                    "Acceptance, reject reasons, score distribution, NDCG@k of teacher scores vs gold relevance."),
         "rules": ("r3forge.annotate.cli:rules",
