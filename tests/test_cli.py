@@ -2,6 +2,7 @@ import dataclasses
 import importlib
 import json
 import pkgutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,26 @@ def _config_dataclasses():
 )
 def test_every_config_field_has_help(config_cls):
     assert missing_help(config_cls) == []
+
+
+SIGTERMED = """
+import sys, time
+from pathlib import Path
+from r3forge.cli import exit_on_sigterm
+exit_on_sigterm()
+try:
+    print("ready", flush=True)
+    time.sleep(60)
+finally:
+    Path(sys.argv[1]).write_text("cleaned up")
+"""
+
+
+def test_sigterm_runs_cleanup_and_exits_143(tmp_path: Path):
+    """SIGTERM (a scheduler's cancel) unwinds like Ctrl-C: `finally` and `with` blocks run (servers stop)."""
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERMED, str(marker)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143
+    assert marker.read_text() == "cleaned up"

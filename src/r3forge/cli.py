@@ -10,7 +10,9 @@ remaining argv and returns an exit code; its module is imported only when the co
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 
 from r3forge import __version__
 from r3forge.errors import ConfigError, R3ForgeError
@@ -147,6 +149,18 @@ def run_command(command: str, argv: list[str]) -> int:
     return int(getattr(importlib.import_module(module_name), func)(rest) or 0)
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (a scheduler's cancel, `kill`, a job's timeout) into `SystemExit(143)` in the main thread,
+    so `with` blocks and `finally` clauses run: servers a command started are stopped and what it wrote is
+    closed, as on Ctrl-C. Python's default is to die at once."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -167,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(subcommand_usage(name, entry), file=sys.stderr)
         print(f"r3forge {name}: error: unknown subcommand '{rest[0]}'", file=sys.stderr)
         return 2
+    exit_on_sigterm()
     try:
         return run_command(name, rest)
     except (R3ForgeError, FileNotFoundError) as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,33 @@ def test_server_that_exits_early_reports_its_log_tail(smollm2_path, tmp_path):
         server.start()
     assert "no-such-flag" in str(err.value) and str(tmp_path / "bad.log") in str(err.value)
     assert server.process is None  # stopped and cleaned up
+
+
+CHILD_OF_KILLED_PARENT = """
+import subprocess, sys, time
+from r3forge.backends.vllm_server import die_with_parent
+child = subprocess.Popen(["sleep", "60"], start_new_session=True, preexec_fn=die_with_parent)
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_server_process_dies_with_the_process_that_started_it():
+    """A client killed by SIGKILL (no cleanup runs) must not leave its server process behind: the child gets
+    SIGTERM from the kernel when its parent dies, although it runs in its own session."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", CHILD_OF_KILLED_PARENT], stdout=subprocess.PIPE, text=True
+    )
+    child_pid = int(parent.stdout.readline())
+    os.kill(child_pid, 0)  # alive while the parent lives
+    parent.kill()
+    parent.wait(timeout=10)
+    for _ in range(100):
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child_pid, 9)
+    pytest.fail(f"child {child_pid} outlived its SIGKILLed parent")

@@ -12,7 +12,9 @@
 
 `VLLMServer` is a context manager: free loopback port, start, wait for `/health` (a clear error with the
 log tail when the process dies or the wait times out), stop with SIGTERM then SIGKILL of the whole process
-group; the log goes to a file. The test fixture and the quickstart use it.
+group; the log goes to a file. The test fixture and the quickstart use it. On Linux the server also dies with
+the process that started it (`PR_SET_PDEATHSIG`): a client killed by SIGKILL or an unhandled SIGTERM leaves
+no server holding cores and memory behind.
 
     with VLLMServer(ServeLLMConfig(model="smollm2-135m-instruct", port=0)) as server:
         backend = OpenAIHTTPBackend(OpenAIHTTPConfig(base_url=server.base_url))
@@ -21,6 +23,7 @@ group; the log goes to a file. The test fixture and the quickstart use it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import http.client
 import importlib.metadata
 import os
@@ -142,6 +145,16 @@ def log_tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` of a child process: SIGTERM it when the thread that forked it exits (Linux; elsewhere a
+    no-op). Runs in the child between fork and exec."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: ignore $http_proxy
 
 
@@ -192,6 +205,7 @@ class VLLMServer:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **env},
                 start_new_session=True,  # own process group: stop() reaches the engine workers too
+                preexec_fn=die_with_parent,  # and no orphan server when this process is killed
             )
         try:
             self.wait_healthy(self.config.startup_timeout_s)
