@@ -2,18 +2,24 @@
 
 `vllm_server` is one real `vllm serve` of the embedded model per session; `fault_proxy` / `FaultProxy` put a
 real loopback HTTP proxy in front of it that injects 429 / 500 / dropped connections / stalls.
+`fault_server` / `FaultServer` stand in for a misbehaving remote OpenAI-compatible endpoint (no model): bad
+bodies, 500, 429 and hangs, chosen by a marker in the prompt.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import random
+import re
 import shutil
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -212,3 +218,100 @@ class FaultProxy:
         lines += [f"{k}: {v}" for k, v in extra.items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         await writer.drain()
+
+
+@pytest.fixture
+def fault_server() -> Iterator[FaultServer]:
+    """A started `FaultServer` (healthy once `server.healthy = True`)."""
+    with FaultServer() as server:
+        yield server
+
+
+class FaultServer:
+    """A loopback OpenAI-compatible chat completions server that misbehaves on purpose, deterministically.
+
+    A prompt holding `fault=<kind> times=<n>` gets that fault on its first n calls, then a normal answer:
+    "truncated" (a JSON body cut short), "oops" (`{"oops": true}`: JSON, not a completion), "nologprobs" (a
+    completion without the logprobs asked for), "500", "429" (`Retry-After: 0`) or "hang" (no answer for
+    `hang_s`). The answer's text is the prompt's `reply=<words_joined_by_underscores>`, else "ok", with a
+    logprob per word. `healthy = True` turns faults off; `counts` tallies the fates served.
+    """
+
+    def __init__(self, hang_s: float = 6.0):
+        self.hang_s, self.healthy = hang_s, False
+        self.counts: Counter = Counter()
+        self._calls: Counter = Counter()  # per prompt
+        self._lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                owner._answer(self, body["messages"][-1]["content"])
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}/v1"
+
+    def __enter__(self) -> FaultServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    def _fate(self, prompt: str) -> str:
+        m = re.search(r"fault=(\w+) times=(\d+)", prompt)
+        with self._lock:
+            self._calls[prompt] += 1
+            fate = m[1] if m and not self.healthy and self._calls[prompt] <= int(m[2]) else "pass"
+            self.counts[fate] += 1
+        return fate
+
+    def _answer(self, handler: BaseHTTPRequestHandler, prompt: str) -> None:
+        fate = self._fate(prompt)
+        m = re.search(r"reply=(\S+)", prompt)
+        words = m[1].split("_") if m else ["ok"]
+        entries = [
+            {"token": w, "logprob": -0.5, "top_logprobs": [{"token": w, "logprob": -0.5}]} for w in words
+        ]
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": " ".join(words)},
+            "finish_reason": "stop",
+        }
+        completion = {
+            "id": "chatcmpl-fault", "object": "chat.completion", "created": 0, "model": "teacher",
+            "choices": [choice | ({} if fate == "nologprobs" else {"logprobs": {"content": entries}})],
+            "usage": {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)},
+        }  # fmt: skip
+        status, headers, body = 200, {}, json.dumps(completion).encode()
+        if fate == "truncated":
+            body = body[: len(body) // 2]
+        elif fate == "oops":
+            body = b'{"oops": true}'
+        elif fate in ("500", "429"):
+            status, body = int(fate), b'{"error": {"message": "injected", "type": "server_error"}}'
+            headers = {"Retry-After": "0"} if fate == "429" else {}
+        try:
+            if fate == "hang":
+                time.sleep(self.hang_s)
+            handler.send_response(status)
+            for k, v in {
+                "Content-Type": "application/json",
+                "Content-Length": str(len(body)),
+                **headers,
+            }.items():
+                handler.send_header(k, v)
+            handler.end_headers()
+            handler.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client timed out and hung up
+            pass

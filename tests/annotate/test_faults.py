@@ -1,6 +1,6 @@
 """Annotation through a real vLLM server behind a fault-injecting proxy (429 / 500 / dropped connections /
-timeouts): the run completes with the same records as a run straight to the server, and a run that dies
-when its retry budget runs out loses nothing: the rerun finishes the rest."""
+timeouts): the run completes with the same records as a run straight to the server, and items whose
+requests run out of retries fail alone (recorded, with the reason): the rerun finishes them."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 
 from r3forge.annotate.items import qa_items
 from r3forge.annotate.verbal import VerbalAnnotationStep
-from r3forge.backends import BackendError, OpenAIHTTPBackend, OpenAIHTTPConfig
+from r3forge.backends import OpenAIHTTPBackend, OpenAIHTTPConfig
 from r3forge.data.loaders import load_qa
 from r3forge.synth import EngineConfig, load_accepted, load_rejected, run_step
+from r3forge.synth.store import read_manifest
 
 
 @pytest.fixture(scope="module")
@@ -73,18 +74,20 @@ def test_annotation_survives_429_500_drops_and_timeouts(
             assert got[key][2] == pytest.approx(value[2], abs=1e-3)
 
 
-def test_a_run_that_runs_out_of_retries_loses_nothing(
+def test_items_out_of_retries_fail_alone_and_the_rerun_completes_them(
     direct, vllm_server, fault_proxy, items, step, tmp_path
 ):
-    # calls 1-6 pass (the first batch), then every call fails with 500: the run stops with a clear error
+    # calls 1-6 pass (the first batch), then every call fails with 500: those items fail, the run completes
     proxy = fault_proxy(plan=["pass"] * 6 + ["500"] * 200)
     failing = backend(proxy.base_url, vllm_server.model_name, backoff_base_s=0.01, max_retries=1)
     config = engine(tmp_path)
     config.concurrency = 1
-    with pytest.raises(BackendError, match="500"):
-        run_step(step, items, failing, config)
+    summary = run_step(step, items, failing, config)
     kept = records(tmp_path)
-    assert 0 < len(kept) < len(items)
+    assert len(kept) == 6 and summary.failed == len(items) - 6
+    assert summary.failure_reasons == {"http_500": len(items) - 6}
+    manifest = read_manifest(tmp_path)
+    assert manifest["failed"] == len(items) - 6 and manifest["faults"]["retries_by_cause"] == {"500": 18}
     summary = run_step(step, items, backend(vllm_server.base_url, vllm_server.model_name), config)
-    assert summary.cached == len(kept) and summary.processed == len(items) - len(kept)
-    assert records(tmp_path).keys() == direct.keys()
+    assert summary.cached == len(kept) and summary.processed == len(items) - len(kept) and not summary.failed
+    assert records(tmp_path).keys() == direct.keys() and read_manifest(tmp_path)["failed"] == 0

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.report import agreement
+from r3forge.annotate.report import agreement, fault_figures
 from r3forge.annotate.verbal import expected_score
+from r3forge.synth.store import write_manifest
 
 
 def row(q: str, d: str, score: int, rel: int, rank: int, lp: float | None = -0.1) -> dict:
@@ -63,3 +65,10 @@ def test_expected_score_ranks_where_the_argmax_is_constant() -> None:
 def test_no_expected_figures_without_digit_logprobs() -> None:
     out = agreement([row("q1", "a", 2, 0, 0), row("q1", "b", 4, 1, 1)], k_values=(1,))
     assert "expected_ndcg@1" not in out and "mean_expected_score_by_relevance" not in out
+
+
+def test_fault_figures_come_from_the_run_manifest(tmp_path: Path) -> None:
+    faults = {"retries": 5, "retries_by_cause": {"500": 3, "bad_response": 2}, "timeouts": 1}
+    write_manifest(tmp_path, {"failed": 2, "failure_reasons": {"http_500": 2}, "faults": faults})
+    assert fault_figures(str(tmp_path)) == {"failed": 2, "failure_reasons": {"http_500": 2}, "faults": faults}
+    assert fault_figures(str(tmp_path / "none")) == {"failed": 0, "failure_reasons": {}, "faults": {}}

@@ -1,4 +1,6 @@
-"""HTTP backend against a real vLLM server of the embedded model, directly and through a fault proxy."""
+"""HTTP backend against a real vLLM server of the embedded model, directly and through a fault proxy; and
+against a loopback server that misbehaves (bad bodies, 500, 429, hangs; no model): each request is retried
+alone and, out of retries, fails alone."""
 
 from __future__ import annotations
 
@@ -7,7 +9,16 @@ import time
 import pytest
 import torch
 
-from r3forge.backends import BackendError, GenerationBackend, GenerationRequest, HFLocalBackend
+from r3forge.backends import (
+    BackendError,
+    GenerationBackend,
+    GenerationRequest,
+    HFLocalBackend,
+    OpenAIHTTPBackend,
+    OpenAIHTTPConfig,
+    PartialFailure,
+    RequestFailed,
+)
 from r3forge.backends.vllm_server import free_port
 
 
@@ -140,3 +151,38 @@ def test_stopped_server_gives_a_clear_error_after_the_retry_budget(make_http_bac
     assert "r3forge serve llm" in message and "127.0.0.1" in message
     assert backend.stats.attempts == 4 and backend.stats.retries == 3
     assert time.monotonic() - start < 10
+
+
+def test_bad_responses_are_retried_and_a_request_out_of_retries_fails_alone(fault_server):
+    """A truncated body, `{"oops": true}`, a completion without the logprobs asked for, 500, 429 and a hang,
+    once each: retried, answered. The same faults every time: those requests fail with a reason code, the
+    others of the batch come back."""
+    once = ["truncated", "oops", "nologprobs", "500", "429", "hang"]
+    prompts = [f"fault={f} times=1" for f in once] + [
+        f"fault={f} times=9" for f in ("oops", "truncated", "429")
+    ]
+    prompts.append("reply=fine_thanks")
+    backend = OpenAIHTTPBackend(
+        OpenAIHTTPConfig(
+            base_url=fault_server.base_url, model="teacher", max_retries=2, backoff_base_s=0.01,
+            backoff_max_s=0.05, request_timeout_s=2.5,  # a loaded CPU's answer well within it
+        )
+    )  # fmt: skip
+    with pytest.raises(PartialFailure, match="3 of 10 requests failed") as err:
+        backend.generate([chat(p, max_tokens=4, top_logprobs=1) for p in prompts])
+    results = err.value.results
+    failed = [(prompts[i], r.reason) for i, r in enumerate(results) if isinstance(r, RequestFailed)]
+    assert failed == [
+        ("fault=oops times=9", "bad_response"),
+        ("fault=truncated times=9", "bad_response"),
+        ("fault=429 times=9", "rate_limited"),
+    ]
+    assert "failed after 3 attempts" in str(results[6]) and fault_server.base_url in str(results[6])
+    answered = [r for r in results if not isinstance(r, RequestFailed)]
+    assert [r.choices[0].text for r in answered] == ["ok"] * 6 + ["fine thanks"]
+    assert all(r.choices[0].logprobs == [-0.5] * len(r.choices[0].text.split()) for r in answered)
+    faults = backend.faults
+    by_cause = {"429": 1 + 2, "500": 1, "bad_response": 3 + 2 * 2, "timeout": 1}
+    assert faults["retries_by_cause"] == by_cause, faults
+    assert faults["timeouts"] == 1 and faults["failed_requests"] == {"bad_response": 2, "rate_limited": 1}
+    assert faults["retries"] == 1 + 3 + 7 + 1 and backend.stats.requests == 7

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.annotate.judge import JudgeStep, approvals, judge_items
 from r3forge.annotate.paraphrase import ParaphraseChecks, ParaphraseStep
-from r3forge.annotate.report import annotation_report, format_report, write_report
+from r3forge.annotate.report import annotation_report, fault_figures, format_report, write_report
 from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
 from r3forge.backends.open import LLMConfig, llm_identity, load_tokenizer, open_llm
 from r3forge.data.loaders import load_qa
@@ -215,7 +215,8 @@ def judge_main(config: JudgeConfig, teacher: LLMConfig, run: RunConfig, hub: Hub
         approved = sum(verdicts.values())
         rate = approved / len(verdicts) if verdicts else 0.0
         figures = {"annotations": len(items), "judged": len(verdicts), "approved": approved}
-        write_report(figures | {"approval_rate": round(rate, 4)}, run.output_dir)
+        figures |= {"approval_rate": round(rate, 4), **fault_figures(run.output_dir)}
+        write_report(figures, run.output_dir)
         print(f"judge: {approved}/{len(verdicts)} annotations approved ({rate:.1%})", file=sys.stderr)
 
     return run_job(make_step, items, teacher, run, hub, report)

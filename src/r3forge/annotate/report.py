@@ -24,6 +24,7 @@ import numpy as np
 from r3forge.annotate.verbal import expected_score
 from r3forge.metrics.ranking import ndcg_batch
 from r3forge.synth.export import load_accepted, load_rejected
+from r3forge.synth.store import read_manifest
 
 K_VALUES = (1, 2, 3, 5)
 
@@ -130,7 +131,19 @@ def annotation_report(
         "acceptance_rate": round(len(accepted) / total, 4) if total else None,
         "reject_reasons": dict(reasons.most_common()),
         "score_distribution": {str(s): scores.get(s, 0) for s in range(1, 6)},
+        **fault_figures(folder),
         **agreement(rows, labels),
+    }
+
+
+def fault_figures(folder: str) -> dict[str, Any]:
+    """From the run's manifest: the items that failed (a rerun retries them) and the teacher's faults
+    (retries by cause, timeouts, requests given up) over every run into the folder."""
+    manifest = read_manifest(folder) or {}
+    return {
+        "failed": manifest.get("failed", 0),
+        "failure_reasons": manifest.get("failure_reasons", {}),
+        "faults": manifest.get("faults", {}),
     }
 
 

@@ -21,14 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from r3forge.errors import R3ForgeError
+# the backend errors live in the bottom layer (the synthesis engine catches them); re-exported here
+from r3forge.errors import BackendError as BackendError
+from r3forge.errors import PartialFailure as PartialFailure
+from r3forge.errors import RequestFailed as RequestFailed
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 TokenKey = int | str  # a vocabulary id, or the token's text when a server does not expose ids
-
-
-class BackendError(R3ForgeError, RuntimeError):
-    """A generation backend failed: the message names the backend, the endpoint and what to do."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,9 @@ class GenerationResult:
 
 @runtime_checkable
 class GenerationBackend(Protocol):
-    """What training, annotation and IGP code depends on. Results come back in request order."""
+    """What training, annotation and IGP code depends on. Results come back in request order.
+
+    A backend whose requests can fail one by one (HTTP) raises `PartialFailure` with the others' results."""
 
     name: str
 

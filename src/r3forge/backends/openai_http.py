@@ -2,10 +2,13 @@
 
 * Chat requests go to `/v1/chat/completions`, raw prompts to `/v1/completions`.
 * Bounded concurrency (a semaphore, released while a request waits to retry).
-* Retries with exponential backoff and jitter on 408/409/429/5xx, timeouts and connection errors
-  (resets, refused); a `Retry-After` / `retry-after-ms` header is honoured (capped). Other 4xx fail at
-  once. After the retry budget the batch fails with a `BackendError` that says what happened and where.
-* Usage accounting and retry counters in `backend.stats`.
+* Retries with exponential backoff and jitter on 408/409/429/5xx, timeouts, connection errors (resets,
+  refused) and bad responses (a truncated or malformed body, JSON that is not a completion, a completion
+  without the logprobs asked for); a `Retry-After` / `retry-after-ms` header is honoured (capped). Other
+  4xx fail the batch at once. A request still failing after the retry budget fails alone: `generate`
+  raises `PartialFailure` with the other requests' results and that one's `RequestFailed` (a reason code:
+  `bad_response`, `timeout`, `connection`, `rate_limited`, `http_<status>`; what happened, where).
+* Usage accounting and fault counters in `backend.stats`; `backend.faults` sums them up for run records.
 
 Top-k logprobs. Hosted APIs cap `top_logprobs` at 20 (vLLM's server too, unless started with a larger
 `--max-logprobs`), so IGP's K (entropy over the renormalized top-K) cannot exceed 20 against them;
@@ -29,7 +32,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +43,8 @@ from r3forge.backends.base import (
     Choice,
     GenerationRequest,
     GenerationResult,
+    PartialFailure,
+    RequestFailed,
     TokenKey,
     Usage,
     split_reasoning,
@@ -90,8 +95,11 @@ class HTTPStats:
     requests: int = 0  # successful calls
     attempts: int = 0  # calls made, including failed ones
     retries: int = 0
-    retries_by_reason: Counter = field(default_factory=Counter)  # "429", "500", "timeout", "connection", ...
+    # by cause: the HTTP status ("429", "500", ...), "timeout", "connection", "bad_response"
+    retries_by_reason: Counter = field(default_factory=Counter)
     retry_wait_s: float = 0.0  # summed backoff sleeps
+    timeouts: int = 0  # calls that timed out (retried or not)
+    failures: Counter = field(default_factory=Counter)  # requests given up, by reason code (`failure_code`)
     usage: Usage = field(default_factory=Usage)
 
 
@@ -120,6 +128,19 @@ class OpenAIHTTPBackend:
     def close(self) -> None:
         """Nothing to release: each `agenerate` call opens and closes its own connection pool."""
 
+    @property
+    def faults(self) -> dict[str, Any]:
+        """What went wrong so far, as run records keep it: retries by cause (the HTTP status, `timeout`,
+        `connection`, `bad_response`), timed-out calls and requests given up (by reason code)."""
+        s = self.stats
+        return {
+            "attempts": s.attempts,
+            "retries": s.retries,
+            "retries_by_cause": dict(sorted(s.retries_by_reason.items())),
+            "timeouts": s.timeouts,
+            "failed_requests": dict(sorted(s.failures.items())),
+        }
+
     async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         for request in requests:
             if request.top_logprobs > self.config.max_top_logprobs:
@@ -141,28 +162,37 @@ class OpenAIHTTPBackend:
             semaphore = asyncio.Semaphore(self.config.max_concurrency)
             tasks = [asyncio.create_task(self._one(client, semaphore, r)) for r in requests]
             try:
-                return list(await asyncio.gather(*tasks))
+                results = list(await asyncio.gather(*tasks))
             except BaseException:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
+        if any(isinstance(r, RequestFailed) for r in results):
+            raise PartialFailure(results)
+        return results
 
     async def _first_model(self, client: openai.AsyncOpenAI) -> str:
-        models = await self._with_retries(client.models.list, {}, asyncio.Semaphore(1), "GET /models")
-        if not models.data:
+        names = await self._with_retries(
+            client.models.list, {}, asyncio.Semaphore(1), "GET /models", lambda ms: [m.id for m in ms.data]
+        )
+        if not names:
             raise BackendError(f"{self.config.base_url}/models lists no model; set `model` explicitly")
-        return models.data[0].id
+        return names[0]
 
     async def _one(
         self, client: openai.AsyncOpenAI, semaphore: asyncio.Semaphore, request: GenerationRequest
-    ) -> GenerationResult:
+    ) -> GenerationResult | RequestFailed:
         if request.is_chat:
-            create, what = client.chat.completions.create, "POST /chat/completions"
+            create, what, parse = client.chat.completions.create, "POST /chat/completions", _parse_chat
         else:
-            create, what = client.completions.create, "POST /completions"
-        response = await self._with_retries(create, self._params(request), semaphore, what)
-        result = _parse_chat(response, request) if request.is_chat else _parse_completion(response, request)
+            create, what, parse = client.completions.create, "POST /completions", _parse_completion
+        try:
+            result = await self._with_retries(
+                create, self._params(request), semaphore, what, lambda response: parse(response, request)
+            )
+        except RequestFailed as e:
+            return e
         result = with_n_choices(result, request.n)
         self.stats.requests += 1
         self.stats.usage.add(result.usage)
@@ -191,14 +221,19 @@ class OpenAIHTTPBackend:
                 params["logprobs"] = k
         return params
 
-    async def _with_retries(self, call, params: dict, semaphore: asyncio.Semaphore, what: str) -> Any:
+    async def _with_retries(
+        self, call, params: dict, semaphore: asyncio.Semaphore, what: str, parse: Callable[[Any], Any]
+    ) -> Any:
+        """`parse(await call(**params))`, retried; `RequestFailed` after the retry budget, `BackendError` at
+        once on a status that is not worth another try."""
         cfg, start = self.config, time.monotonic()
         for attempt in range(cfg.max_retries + 1):
             self.stats.attempts += 1
             server_says = None
             try:
                 async with semaphore:
-                    return await call(**params)
+                    response = await call(**params)
+                return _checked(parse, response)
             except openai.APIStatusError as e:
                 if not retryable_status(e.status_code):
                     raise BackendError(
@@ -207,9 +242,12 @@ class OpenAIHTTPBackend:
                 reason, error = str(e.status_code), e
                 server_says = retry_after(e.response.headers)
             except openai.APITimeoutError as e:
+                self.stats.timeouts += 1
                 reason, error = "timeout", e
             except openai.APIConnectionError as e:
                 reason, error = "connection", e
+            except (openai.APIResponseValidationError, ValueError) as e:  # ValueError: JSON, _BadResponse
+                reason, error = "bad_response", e
             if attempt == cfg.max_retries:
                 break
             delay = self._backoff.delay(attempt, server_says)
@@ -217,16 +255,43 @@ class OpenAIHTTPBackend:
             self.stats.retries_by_reason[reason] += 1
             self.stats.retry_wait_s += delay
             await asyncio.sleep(delay)
+        code = failure_code(reason)
+        self.stats.failures[code] += 1
         hint = (
             " Is the server running? Start one with `r3forge serve llm --model <model>` or "
             "`launch/serve_vllm.sh <model>`."
             if reason in ("connection", "timeout")
             else ""
         )
-        raise BackendError(
+        raise RequestFailed(
+            code,
             f"{what} at {cfg.base_url} failed after {cfg.max_retries + 1} attempts in "
-            f"{time.monotonic() - start:.1f}s; last error ({reason}): {error!r}.{hint}"
+            f"{time.monotonic() - start:.1f}s; last error ({reason}): {error!r}.{hint}",
         ) from error
+
+
+class _BadResponse(ValueError):
+    """A response that is not the completion asked for (retried like a 5xx)."""
+
+
+def _checked(parse: Callable[[Any], Any], response: Any) -> Any:
+    """`parse(response)`; a response of the wrong shape (a field missing or of the wrong type, e.g. `{"oops":
+    true}`, whose SDK object has no choices) raises `_BadResponse` naming what was wrong."""
+    try:
+        return parse(response)
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+        raise _BadResponse(f"not a completion: {e}; body: {str(response)[:200]}") from e
+
+
+def failure_code(reason: str) -> str:
+    """A retry cause as the reason code of a request given up.
+
+    >>> [failure_code(r) for r in ("429", "503", "timeout", "bad_response")]
+    ['rate_limited', 'http_503', 'timeout', 'bad_response']
+    """
+    if reason == "429":
+        return "rate_limited"
+    return f"http_{reason}" if reason.isdigit() else reason
 
 
 def _key(token: str) -> TokenKey:
@@ -254,11 +319,26 @@ def _extra(obj) -> dict:
     return obj.model_extra or {}
 
 
+def _choices(response, request: GenerationRequest) -> list:
+    """The response's choices in index order; `_BadResponse` unless there are as many as were asked for."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or len(choices) != request.distinct_samples:
+        got = len(choices) if isinstance(choices, list) else repr(choices)
+        raise _BadResponse(f"{request.distinct_samples} choice(s) asked for, got {got}")
+    return sorted(choices, key=lambda c: c.index)
+
+
 def _parse_chat(response, request: GenerationRequest) -> GenerationResult:
     choices = []
-    for c in sorted(response.choices, key=lambda c: c.index):
+    for c in _choices(response, request):
+        if c.message is None:
+            raise _BadResponse("a choice without a message")
         message = _extra(c.message)
         reasoning = message.get("reasoning") or message.get("reasoning_content")
+        if not isinstance(c.message.content, str) and reasoning is None and not c.message.refusal:
+            raise _BadResponse("a message without content")
+        if request.top_logprobs and (c.logprobs is None or c.logprobs.content is None):
+            raise _BadResponse(f"no logprobs, though top_logprobs={request.top_logprobs} was asked for")
         text = c.message.content or ""
         if reasoning is None:
             reasoning, text = split_reasoning(text)
@@ -271,12 +351,18 @@ def _parse_chat(response, request: GenerationRequest) -> GenerationResult:
         ids = _ids(_extra(c).get("token_ids"), keys)
         choices.append(Choice(text, ids, logprobs, top, c.finish_reason or "", reasoning))
     prompt_ids = _extra(response).get("prompt_token_ids")
-    return GenerationResult(choices, _usage(response), prompt_ids, "openai-http", {"id": response.id})
+    return GenerationResult(
+        choices, _usage(response), prompt_ids, "openai-http", {"id": getattr(response, "id", None)}
+    )
 
 
 def _parse_completion(response, request: GenerationRequest) -> GenerationResult:
     choices = []
-    for c in sorted(response.choices, key=lambda c: c.index):
+    for c in _choices(response, request):
+        if not isinstance(c.text, str):
+            raise _BadResponse("a choice without text")
+        if request.top_logprobs and c.logprobs is None:
+            raise _BadResponse(f"no logprobs, though top_logprobs={request.top_logprobs} was asked for")
         reasoning, text = split_reasoning(c.text)
         lp = c.logprobs
         keys = [_key(t) for t in lp.tokens or []] if lp is not None else []
@@ -286,4 +372,6 @@ def _parse_completion(response, request: GenerationRequest) -> GenerationResult:
         ids = _ids(_extra(c).get("token_ids"), keys)
         choices.append(Choice(text, ids, logprobs, top, c.finish_reason or "", reasoning))
     prompt_ids = _extra(response.choices[0]).get("prompt_token_ids") if response.choices else None
-    return GenerationResult(choices, _usage(response), prompt_ids, "openai-http", {"id": response.id})
+    return GenerationResult(
+        choices, _usage(response), prompt_ids, "openai-http", {"id": getattr(response, "id", None)}
+    )

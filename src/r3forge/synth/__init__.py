@@ -5,6 +5,7 @@
 * `engine`: `SynthesisStep` (protocol), `Rejected`, `EngineConfig`, `run_step`, `RunSummary`;
 * `store`: the crash-safe sharded JSONL store, cache keys, `ShardSpec`;
 * `export`: `load_accepted` / `load_rejected`, `merge_shards`, Parquet + dataset card, `push_to_hub`;
+* `faults`: items whose teacher requests failed (retried by the next run) and the teacher's fault counts;
 * `cli`: `python -m r3forge.synth run|merge`.
 
 Names are imported on first use: importing the package costs nothing until one is needed.

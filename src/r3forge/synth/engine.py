@@ -6,10 +6,12 @@
 Items are prompted in batches of `batch_size` and sent to the backend (`concurrency` batches in flight);
 each batch's records are appended to the store and fsync'd as soon as it comes back (see `store.py`:
 `kill -9` at any moment, rerun, and nothing is lost or duplicated). Parse failures go to the rejected file
-with the step's reason code, never to the accepted one. `--shard i/N` splits one job across nodes by a
-stable hash of each item's key; `merge_shards` (`r3forge synth merge`) combines the shard
-folders, writes Parquet and a dataset card, and can push to the Hub. A dry run prompts every pending item
-and prints request and prompt-token counts without generating. The command line is in `cli.py`.
+with the step's reason code, never to the accepted one; an item whose request the backend gave up on (a
+bad response, a 5xx, a timeout) goes to the failed file, and a rerun tries it again (`faults.py`).
+`--shard i/N` splits one job across nodes by a stable hash of each item's key; `merge_shards` (`r3forge
+synth merge`) combines the shard folders, writes Parquet and a dataset card, and can push to the Hub. A dry
+run prompts every pending item and prints request and prompt-token counts without generating. The command
+line is in `cli.py`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tqdm.auto import tqdm
 
-from r3forge.errors import ConfigError
+from r3forge.errors import ConfigError, PartialFailure, RequestFailed
 from r3forge.identity import backend_model_id
+from r3forge.synth import faults
 from r3forge.synth.export import export_dataset
 from r3forge.synth.store import (
     MANIFEST,
@@ -123,6 +126,9 @@ class RunSummary:
     accepted: int = 0
     rejected: int = 0
     reject_reasons: dict[str, int] = field(default_factory=dict)
+    failed: int = 0  # items whose requests failed after the backend's retries (a rerun retries them)
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, Any] = field(default_factory=dict)  # the backend's fault counts during this run
     requests: int = 0
     prompt_tokens: int | None = 0
     completion_tokens: int = 0
@@ -141,9 +147,10 @@ class RunSummary:
                 f"<= {self.max_completion_tokens} completion tokens"
             )
         rate = self.rejected / self.processed if self.processed else 0.0
+        failed = faults.fault_text(self.failed, self.failure_reasons, self.faults)
         return (
             f"{head}; {self.processed} processed ({self.accepted} accepted, {self.rejected} rejected "
-            f"{rate:.1%} {self.reject_reasons}) in {self.elapsed_s:.1f}s -> {self.output_dir}"
+            f"{rate:.1%} {self.reject_reasons}{failed}) in {self.elapsed_s:.1f}s -> {self.output_dir}"
         )
 
 
@@ -271,8 +278,9 @@ def run_step(
     identity = {"step": step.name, "version": step.version, "model": model}
     with ShardStore(config.output_dir, shard, identity, resume=config.resume) as store:
         plan = _plan(step, items, model, config, store.done, summary, None)
-        _generate(step, items, backend, plan, store, config, summary)
-        store.complete = True
+        with faults.counted(backend, store, summary):
+            _generate(step, items, backend, plan, store, config, summary)
+        store.complete = not store.failed
     summary.elapsed_s = time.perf_counter() - start
     print(summary.line(), file=sys.stderr)
     if config.export and shard.count == 1:
@@ -292,17 +300,20 @@ def _generate(
     """Pass 2: prompt, generate and parse batch by batch; every finished batch is appended and fsync'd."""
     show = config.progress and bool(plan.pending)
     bar = tqdm(total=len(plan.pending), unit="item", disable=not show, file=sys.stderr, dynamic_ncols=True)
-    t0, reasons = time.perf_counter(), Counter()
+    t0, reasons, failures = time.perf_counter(), Counter(), Counter()
     in_flight: set[Future] = set()
     pool = ThreadPoolExecutor(max_workers=config.concurrency)
 
     def finish(future: Future) -> None:
         batch, results, latency = future.result()
-        accepted, rejected = _records(step, batch, results, latency, store, config)
-        store.append(accepted, rejected)
+        accepted, rejected, failed = _records(step, batch, results, latency, store, config)
+        store.append(accepted, rejected, failed)
+        results = [r for r in results if not isinstance(r, RequestFailed)]
         summary.processed += len(batch)
         summary.accepted += len(accepted)
         summary.rejected += len(rejected)
+        summary.failed += len(failed)
+        failures.update(r["reason"] for r in failed)
         summary.requests += len(results)
         summary.prompt_tokens += sum(r.usage.prompt_tokens for r in results)
         summary.completion_tokens += sum(r.usage.completion_tokens for r in results)
@@ -340,12 +351,16 @@ def _generate(
         pool.shutdown(wait=False, cancel_futures=True)
         bar.close()
     summary.reject_reasons = dict(sorted(reasons.items()))
+    summary.failure_reasons = dict(sorted(failures.items()))
 
 
 def _call(backend: GenerationBackend, batch: list[tuple]) -> tuple[list[tuple], list, float]:
     requests = [r for _, _, reqs, _, _ in batch for r in reqs]
     t = time.perf_counter()
-    results = backend.generate(requests)
+    try:
+        results = backend.generate(requests)
+    except PartialFailure as e:  # some requests failed after their retries: those items fail alone
+        results = faults.usable_results(e)
     if len(results) != len(requests):
         raise SynthError(
             f"backend {backend.name!r} returned {len(results)} results for {len(requests)} requests"
@@ -360,12 +375,15 @@ def _records(
     latency: float,
     store: ShardStore,
     config: EngineConfig,
-) -> tuple[list[dict], list[dict]]:
-    """Parse each item's results into an accepted or a rejected record."""
-    accepted, rejected, offset = [], [], 0
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Parse each item's results into an accepted or a rejected record; a failed one when a request failed."""
+    accepted, rejected, failed, offset = [], [], [], 0
     for item, key, requests, many, sampling in batch:
         mine = results[offset : offset + len(requests)]
         offset += len(requests)
+        if failure := faults.first_failure(mine):
+            failed.append(faults.failed_record(key, step.key(item), store, sampling, failure))
+            continue
         try:
             out = step.parse(item, mine if many else mine[0])
         except Exception as e:
@@ -396,4 +414,4 @@ def _records(
             raise SynthError(
                 f"step {step.name!r}: parse() must return a dict or Rejected, got {type(out).__name__}"
             )
-    return accepted, rejected
+    return accepted, rejected, failed

@@ -3,7 +3,7 @@
 A folder exported by `export_dataset` (done by an unsharded `run_step` and by `merge_shards`) reads like a
 Hub dataset repo:
 
-    manifest.json  accepted-*.jsonl  rejected-*.jsonl      the store (source of truth)
+    manifest.json  {accepted,rejected,failed}-*.jsonl      the store (source of truth)
     data/train-00000-of-00001.parquet                       accepted records, one column per output field
     rejected/train-00000-of-00001.parquet                   rejected records (the "rejected" config)
     README.md                                               the card: counts, histograms, reject reasons
@@ -19,6 +19,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,13 @@ from huggingface_hub import HfApi
 
 from r3forge import __version__
 from r3forge.synth.store import (
+    FAILED,
+    KINDS,
     MANIFEST,
     STORE_FORMAT,
     ShardSpec,
     SynthError,
+    add_counts,
     check_identity,
     iter_records,
     read_manifest,
@@ -144,14 +148,14 @@ def merge_shards(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         tag = ShardSpec().tag
-        counts, reasons, keys = Counter(), Counter(), set()
-        for kind in ("accepted", "rejected"):
+        counts, reasons, keys = Counter(), {"rejected": Counter(), FAILED: Counter()}, set()
+        for kind in (*KINDS, FAILED):  # failed: the items not done in any folder
             with open(tmp / f"{kind}-{tag}.jsonl", "w", encoding="utf-8") as f:
                 for record in iter_records(roots, kind, skip=keys):
                     keys.add(record["key"])
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                     counts[kind] += 1
-                    reasons.update([str(record.get("reason"))] if kind == "rejected" else [])
+                    reasons.get(kind, Counter()).update([str(record.get("reason"))])
         sampling = [s for m in manifests for s in m.get("sampling", [])]
         write_manifest(
             tmp,
@@ -166,7 +170,10 @@ def merge_shards(
                 ],
                 "accepted": counts["accepted"],
                 "rejected": counts["rejected"],
-                "reject_reasons": dict(sorted(reasons.items())),
+                "reject_reasons": dict(sorted(reasons["rejected"].items())),
+                "failed": counts[FAILED],
+                "failure_reasons": dict(sorted(reasons[FAILED].items())),
+                "faults": reduce(add_counts, [m.get("faults", {}) for m in manifests], {}),
                 "r3forge_version": __version__,
             },
         )
@@ -313,6 +320,7 @@ def dataset_card(manifest: dict[str, Any], accepted: datasets.Dataset, rejected:
         f"| completion tokens | {_sum(accepted, 'completion_tokens') + _sum(rejected, 'completion_tokens')} |",
         f"| shards | {', '.join(s['shard'] for s in manifest.get('shards', {}).values()) or '-'} |",
         "",
+        *_faults_section(manifest),
         "## Sampling parameters",
         "",
         "```json",
@@ -343,6 +351,24 @@ def dataset_card(manifest: dict[str, Any], accepted: datasets.Dataset, rejected:
         "",
     ]
     return "\n".join(lines)
+
+
+def _faults_section(manifest: dict[str, Any]) -> list[str]:
+    """Items that failed (not in the export; a rerun retries them) and the teacher's faults over all runs."""
+    faults = manifest.get("faults", {})
+    if not (manifest.get("failed") or faults.get("retries") or faults.get("timeouts")):
+        return []
+    rows = [
+        ("failed items (not exported; a rerun retries them)", manifest.get("failed", 0)),
+        ("failure reasons", manifest.get("failure_reasons", {})),
+        ("teacher calls", faults.get("attempts", "-")),
+        ("retries", faults.get("retries", 0)),
+        ("retries by cause", faults.get("retries_by_cause", {})),
+        ("timed-out calls", faults.get("timeouts", 0)),
+        ("requests given up", faults.get("failed_requests", {})),
+    ]
+    table = [f"| {k} | {json.dumps(v) if isinstance(v, dict) else v} |" for k, v in rows]
+    return ["## Teacher faults", "", "| | |", "|---|---|", *table, ""]
 
 
 def _distributions(accepted: datasets.Dataset) -> list[str]:

@@ -5,7 +5,10 @@ Layout of one output folder (written by one process at a time; a `.lock` file en
 * `accepted-<tag>.jsonl`, `rejected-<tag>.jsonl`: one complete JSON record per line, each starting with
   its cache `key`; `<tag>` is the shard, e.g. `00000-of-00002` for `--shard 0/2`. Lines are only ever
   appended; each batch is written, flushed and fsync'd before the next one is generated.
-* `manifest.json`: step name and prompt version, teacher model, sampling parameters seen, per-shard counts;
+* `failed-<tag>.jsonl`: items whose requests failed after the backend's retries (a bad response, a 5xx, a
+  timeout...), with the reason code; they are not done, so the next run tries them again.
+* `manifest.json`: step name and prompt version, teacher model, sampling parameters seen, per-shard counts,
+  the items still failed and the teacher's faults (retries by cause, timeouts) summed over the runs;
   rewritten atomically (temp file + fsync + rename).
 
 On startup the folder is scanned: every complete line counts as done, a torn last line (a kill in the
@@ -27,7 +30,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,8 @@ from r3forge.errors import ConfigError, DataFormatError, R3ForgeError
 
 MANIFEST = "manifest.json"
 STORE_FORMAT = "r3forge.synth/1"
-KINDS = ("accepted", "rejected")
+KINDS = ("accepted", "rejected")  # the done kinds
+FAILED = "failed"  # items to retry
 IDENTITY = ("step", "version", "model")  # what must match to resume into, or merge, output folders
 # GenerationRequest fields always hashed; any other non-prompt field is hashed only when not at its default,
 # so adding a field to GenerationRequest later does not invalidate existing caches.
@@ -168,6 +172,7 @@ class ScanResult:
     counts: Counter = field(default_factory=Counter)  # "accepted" / "rejected" -> records
     reasons: Counter = field(default_factory=Counter)  # reject reason code -> records
     duplicates: int = 0  # lines whose key was already seen (never written by the engine; dropped on read)
+    failed: dict[str, str] = field(default_factory=dict)  # cache key -> reason of its last failure (not done)
 
 
 def scan(root: str | os.PathLike[str], repair: bool = False) -> ScanResult:
@@ -183,7 +188,26 @@ def scan(root: str | os.PathLike[str], repair: bool = False) -> ScanResult:
                 result.counts[kind] += 1
                 if kind == "rejected":
                     result.reasons[str(record.get("reason"))] += 1
+    for path in record_files(Path(root), FAILED):
+        for _, record in iter_lines(path, repair=repair):
+            if record["key"] not in result.done:
+                result.failed[record["key"]] = str(record.get("reason"))
     return result
+
+
+def add_counts(total: dict[str, Any], more: dict[str, Any], sign: int = 1) -> dict[str, Any]:
+    """`total` + `sign` x `more`, for nested dicts of counts (a fault record); a new dict.
+
+    >>> add_counts({"retries": 2, "by": {"500": 2}}, {"retries": 1, "by": {"429": 1}})
+    {'retries': 3, 'by': {'500': 2, '429': 1}}
+    """
+    out = dict(total)
+    for k, v in more.items():
+        if isinstance(v, dict):
+            out[k] = add_counts(out.get(k) or {}, v, sign)
+        elif isinstance(v, int | float):
+            out[k] = out.get(k, 0) + sign * v
+    return out
 
 
 def iter_records(roots: list[Path], kind: str, skip: set[str] | None = None) -> Iterator[dict[str, Any]]:
@@ -255,6 +279,7 @@ class ShardStore:
     ):
         self.root, self.shard, self.identity, self.resume = Path(root), shard, dict(identity), resume
         self.sampling: list[dict[str, Any]] = []  # distinct sampling parameter lists seen (for the manifest)
+        self.faults: dict[str, Any] = {}  # the teacher's fault counts over every run into the folder
         self.complete = False
         self._lock = FileLock(self.root / ".lock", timeout=0)
         self._files: dict[str, Any] = {}
@@ -283,6 +308,7 @@ class ShardStore:
         if manifest is not None:
             check_identity(manifest, self.identity, str(self.root / MANIFEST))
             self.sampling = list(manifest.get("sampling", []))
+            self.faults = dict(manifest.get("faults", {}))
         scanned = scan(self.root, repair=True)
         if scanned.done and not self.resume:
             raise SynthError(
@@ -290,15 +316,21 @@ class ShardStore:
                 "pass --resume true to continue it, or choose an empty output folder"
             )
         self.done, self.counts, self.reasons = scanned.done, scanned.counts, scanned.reasons
+        self.failed = scanned.failed
         self.write_manifest(force=True)
 
     def add_sampling(self, sampling: list[dict[str, Any]]) -> None:
         if sampling not in self.sampling and len(self.sampling) < 50:
             self.sampling.append(sampling)
 
-    def append(self, accepted: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> None:
+    def append(
+        self,
+        accepted: list[dict[str, Any]],
+        rejected: list[dict[str, Any]],
+        failed: Sequence[dict[str, Any]] = (),
+    ) -> None:
         """Append records (each with its `key`), flushed and fsync'd before returning."""
-        for kind, records in (("accepted", accepted), ("rejected", rejected)):
+        for kind, records in (("accepted", accepted), ("rejected", rejected), (FAILED, failed)):
             if not records:
                 continue
             f = self._file(kind)
@@ -306,10 +338,15 @@ class ShardStore:
             f.flush()
             os.fsync(f.fileno())
             for r in records:
+                if kind == FAILED:
+                    self.failed[r["key"]] = str(r.get("reason"))
+                    continue
                 self.done.add(r["key"])
+                self.failed.pop(r["key"], None)
                 if kind == "rejected":
                     self.reasons[str(r.get("reason"))] += 1
-            self.counts[kind] += len(records)
+            if kind != FAILED:
+                self.counts[kind] += len(records)
         self.write_manifest()
 
     def _file(self, kind: str):
@@ -330,6 +367,9 @@ class ShardStore:
             "accepted": self.counts["accepted"],
             "rejected": self.counts["rejected"],
             "reject_reasons": dict(sorted(self.reasons.items())),
+            "failed": len(self.failed),  # items a rerun will try again
+            "failure_reasons": dict(sorted(Counter(self.failed.values()).items())),
+            "faults": self.faults,
             "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "r3forge_version": __version__,
         }
