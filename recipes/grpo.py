@@ -55,7 +55,8 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
          model_args: ModelConfig, training: GRPOConfig) -> dict[str, Any]:  # fmt: skip
     """Train, save `final/` and the run files; returns the final metrics."""
     check_trl()
-    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite)
+    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,
+                                training.save_only_model)  # fmt: skip
     out = Path(training.output_dir)
     set_seed(training.seed)
     if training.max_completion_length is None:

@@ -19,7 +19,8 @@ What the recipe fixes on top of TRL:
 - task metrics at every evaluation, before the first step and at the end (`taskeval.TaskEval`);
 - the run folder of `run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/), and each
   evaluation's per-row generations in task_eval/step_<N>.jsonl;
-- `resume_from_checkpoint: auto` continues from the last checkpoint; a folder holding a run is refused;
+- `resume_from_checkpoint: auto` continues from the last complete checkpoint (one cut short by a kill is
+  moved aside) and rolls metrics.jsonl back to it; a folder holding a run is refused;
 - under a DeepSpeed accelerate config (configs/accelerate/zero*.yaml) a launch that DeepSpeed would stop
   later with a cryptic error is refused up front (`check_deepspeed_launch`), and run.json records how the
   run was distributed, read from the engine that ran (`distributed_info`).
@@ -57,7 +58,8 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     """Train, evaluate, save `final/` and the run files; returns the final metrics."""
     if script.task not in TASKS:
         raise ConfigError(f"task must be one of {TASKS}, got {script.task!r}")
-    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite)
+    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,
+                                training.save_only_model)  # fmt: skip
     out = Path(training.output_dir)
     check_deepspeed_launch(training)
     if not torch.cuda.is_available():

@@ -4,7 +4,8 @@
     <output_dir>/config.yaml         the resolved config (every field of every config class)
     <output_dir>/metrics.jsonl       one JSON object per logging / evaluation event
     <output_dir>/final_metrics.json  train + eval metrics, and the task metrics before and after training
-    <output_dir>/checkpoint-N/       Trainer checkpoints (resume_from_checkpoint: auto picks the last)
+    <output_dir>/checkpoint-N/       Trainer checkpoints (resume_from_checkpoint: auto picks the last complete
+                                     one; `checkpoints.py`)
     <output_dir>/final/              the trained model (or LoRA adapter) + tokenizer: what `r3forge export` reads
 
 A folder that already holds a run is never overwritten silently: resume it or pass overwrite.
@@ -12,6 +13,7 @@ A folder that already holds a run is never overwritten silently: resume it or pa
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -27,6 +29,12 @@ from transformers.trainer_utils import get_last_checkpoint
 import r3forge
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
+from r3forge.sft.checkpoints import (
+    checkpoint_problem,
+    latest_complete_checkpoint,
+    read_state,
+    roll_back_metrics,
+)
 
 AUTO = ("auto", "true", "latest", "last")
 
@@ -42,20 +50,30 @@ def git_commit(path: Path | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def prepare_output_dir(output_dir: str, resume: str | None, overwrite: bool) -> str | None:
+def prepare_output_dir(
+    output_dir: str, resume: str | None, overwrite: bool, model_only: bool = False
+) -> str | None:
     """The checkpoint to resume from (None: start fresh), after checking the folder.
 
     `resume`: empty (fresh start; a folder holding a run is refused unless `overwrite`, which deletes it),
-    "auto" (the last checkpoint-N, or a fresh start when there is none), or a checkpoint path.
+    "auto" (the last complete checkpoint-N, newer incomplete ones moved aside; a fresh start when there is
+    none), or a checkpoint path (refused when incomplete). When resuming, metrics.jsonl is rolled back to
+    the checkpoint (`checkpoints.py`). `model_only`: the run's checkpoints hold no optimizer state
+    (save_only_model). Only the main process (RANK 0 or unset) renames or rewrites anything.
     """
     out = Path(output_dir)
-    last = get_last_checkpoint(str(out)) if out.is_dir() else None
-    if resume and resume.lower() in AUTO:
-        return last
+    main = os.environ.get("RANK", "0") == "0"
     if resume:
-        if not Path(resume).is_dir():
-            raise ConfigError(f"resume_from_checkpoint: {resume} is not a checkpoint folder")
-        return resume
+        if resume.lower() in AUTO:
+            chosen = latest_complete_checkpoint(out, model_only, move_aside=main)
+        elif problem := checkpoint_problem(Path(resume), model_only):
+            raise ConfigError(f"resume_from_checkpoint: {resume} is not a complete checkpoint ({problem})")
+        else:
+            chosen = Path(resume)
+        if main:
+            roll_back_metrics(out / "metrics.jsonl", read_state(chosen) if chosen else None)
+        return str(chosen) if chosen else None
+    last = get_last_checkpoint(str(out)) if out.is_dir() else None
     held = out.is_dir() and ((out / "run.json").exists() or last is not None)
     if held and not overwrite:
         raise ConfigError(
