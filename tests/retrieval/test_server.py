@@ -1,5 +1,5 @@
-"""The retriever server for real on loopback: Search-R1 shapes, 4xx on bad requests, 1,000 concurrent
-requests, and the client's retries."""
+"""The retriever server for real on loopback: Search-R1 shapes, 4xx on bad requests, 413 on oversize bodies and
+queries, 1,000 concurrent requests, requests abandoned by their client skipped, and the client's retries."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import asyncio
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -90,7 +92,7 @@ def test_search_r1_response_shape(server: RunningServer, retriever: BM25Retrieve
         ({"queries": ["ok"], "topk": MAX_TOPK + 1}, 422, f"topk must be between 1 and {MAX_TOPK}"),
         ({"queries": ["ok"], "topk": "3"}, 422, "topk: Input should be a valid integer"),
         ({"queries": ["ok"], "return_scores": "yes"}, 422, "return_scores: Input should be a valid boolean"),
-        ({"queries": ["q"] * 65}, 413, "65 queries in one request; the limit is 64"),
+        ({"queries": ["q"] * 65}, 413, "65 queries in one request; the limit is max_queries=64"),
     ],
 )
 def test_bad_requests_get_4xx_and_server_keeps_serving(
@@ -104,6 +106,40 @@ def test_bad_requests_get_4xx_and_server_keeps_serving(
     assert message in response.json()["detail"]
     ok = httpx.post(f"{server.url}/retrieve", json={"queries": ["Tinted Windows"], "topk": 1})
     assert ok.status_code == 200 and len(ok.json()["result"][0]) == 1
+
+
+def test_oversize_body_and_query_get_413_and_server_keeps_serving(
+    server: RunningServer, retriever: BM25Retriever
+):
+    """The issue's 10 MB query: refused on its Content-Length (default max_body_bytes, 1 MiB) before it is
+    read; a chunked body without a length as soon as it passes the limit; a query over max_query_chars
+    (default 4096); the same keep-alive connection then answers a normal query correctly."""
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"queries": ["'
+        for _ in range(8):
+            yield b"a" * (256 << 10)
+        yield b'"]}'
+
+    json_type = {"content-type": "application/json"}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        huge = client.post("/retrieve", json={"queries": ["x" * (10 << 20)]})
+        assert huge.status_code == 413
+        assert huge.json()["detail"] == (
+            f"request body of {len(huge.request.content)} bytes is over the limit max_body_bytes=1048576"
+        )
+        streamed = client.post("/retrieve", content=chunks(), headers=json_type)
+        assert "content-length" not in streamed.request.headers and streamed.status_code == 413
+        assert "is over the limit max_body_bytes=1048576" in streamed.json()["detail"]
+        long = client.post("/retrieve", json={"queries": ["ok", "y" * 4097]})
+        assert long.status_code == 413
+        assert long.json()["detail"] == "queries.1: 4097 characters; the limit is max_query_chars=4096"
+        at_limit = client.post("/retrieve", json={"queries": ["Tinted Windows " * 273], "topk": 1})
+        assert at_limit.status_code == 200  # 4095 characters
+        ok = client.post("/retrieve", json={"queries": ["Tinted Windows album"], "topk": 2})
+        assert ok.status_code == 200
+        expected = [pid for pid, _ in retriever.search(["Tinted Windows album"], 2)[0]]
+        assert [d["id"] for d in ok.json()["result"][0]] == expected
 
 
 def test_1000_concurrent_requests(server: RunningServer, retriever: BM25Retriever, questions: list[str]):
@@ -203,6 +239,61 @@ def test_client_retries_5xx_then_succeeds():
             RetrieverUnavailableError, match=r"after 2 attempts.*HTTP 500: search failed: RuntimeError"
         ):
             RetrieverClient(server.url, max_retries=1, backoff=0.01).search(["q"], 1)
+
+
+class SlowRetriever:
+    """Takes `per_query` seconds per query searched (the issue's 10 MB query took 9.8 s) and answers each
+    query with the passage named after it, so the order of the rows is checked."""
+
+    def __init__(self, per_query: float):
+        self.per_query = per_query
+        self.searched = 0
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        time.sleep(self.per_query * len(queries))
+        self.searched += len(queries)
+        return [[(f"p-{q}", 1.0)] for q in queries]
+
+    def get(self, ids: list[str]) -> list[dict[str, str]]:
+        return [{"id": i, "title": "T", "text": "body"} for i in ids]
+
+
+def test_requests_abandoned_by_their_client_are_not_searched():
+    """Three clients send 100 queries each (5 s of search each) and leave after 0.3 s: the server skips
+    what it had not searched yet (max_batch: 4 queries per search call), so a later request does not wait
+    for their 15 s; a request larger than max_batch is still answered whole, in order."""
+    slow = SlowRetriever(per_query=0.05)
+    config = ServeConfig(index="slow", port=0, max_batch=4)
+    with RunningServer(create_app(slow, config)) as server:
+        timed_out: list[bool] = []
+
+        def abandon() -> None:
+            try:
+                httpx.post(
+                    f"{server.url}/retrieve", json={"queries": [f"q{i}" for i in range(100)]}, timeout=0.3
+                )
+            except httpx.TimeoutException:
+                timed_out.append(True)
+
+        clients = [threading.Thread(target=abandon) for _ in range(3)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+        assert timed_out == [True] * 3
+        start = time.perf_counter()
+        later = httpx.post(
+            f"{server.url}/retrieve", json={"queries": [f"n{i}" for i in range(10)]}, timeout=60
+        )
+        waited = time.perf_counter() - start
+        assert later.status_code == 200
+        assert [row[0]["id"] for row in later.json()["result"]] == [f"p-n{i}" for i in range(10)]
+        counters = httpx.get(f"{server.url}/health").json()["searches"]
+    assert counters["abandoned_requests"] == 3
+    assert counters["skipped_queries"] >= 200  # each left while at most a few 4-query slices had run
+    assert counters["queries"] == slow.searched == 300 + 10 - counters["skipped_queries"]
+    assert waited < 10  # 15 s of abandoned work without the skipping; ~0.5 s with it
+    print(f"later request waited {waited:.2f}s; {counters}")
 
 
 def test_serve_main_subprocess(index: Path):

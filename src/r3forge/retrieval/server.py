@@ -8,9 +8,11 @@
     POST /passages  {"ids": ["hp3", ...]} -> {"passages": [{"id", "title", "text"}, ...]}  (r3forge extra)
     GET  /health    -> {"status": "ok", "kind": "bm25", "count": 14835, ...}
 
-Invalid requests get a 4xx with a readable `detail`. Searches run on one worker thread so the event loop
-stays free; requests that arrive while a search runs are merged into the next search call (micro-batching
-by topk), which is what makes many small concurrent requests cheap.
+Invalid requests get a 4xx with a readable `detail`; a body over `max_body_bytes` or a query over
+`max_query_chars` gets a 413 naming the limit, before any search (a body is refused on its Content-Length
+before it is read). Searches run on one worker thread so the event loop stays free; requests that arrive
+while a search runs are merged into the next search call (micro-batching by topk, `batcher.py`), and a
+request whose client disconnects is dropped from the queue, so abandoned requests do not delay the others.
 """
 
 from __future__ import annotations
@@ -21,22 +23,22 @@ import logging
 import sys
 import threading
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from r3forge.config import parse_config
 from r3forge.data.records import flashrag_contents
 from r3forge.retrieval import load_retriever
-from r3forge.retrieval.base import Hit, RetrievalError, Retriever
+from r3forge.retrieval.base import RetrievalError, Retriever
+from r3forge.retrieval.batcher import MicroBatcher, Result
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,16 @@ class ServeConfig:
     max_topk: int = field(default=100, metadata={"help": "Largest topk a request may ask for."})
     max_queries: int = field(default=1024, metadata={"help": "Most queries one request may carry."})
     max_batch: int = field(default=256, metadata={"help": "Most queries merged into one search call."})
+    max_body_bytes: int = field(
+        default=1 << 20,
+        metadata={
+            "help": "Largest request body in bytes (default 1 MiB); a larger one is answered 413 unread."
+        },
+    )
+    max_query_chars: int = field(
+        default=4096,
+        metadata={"help": "Longest query in characters; a request with a longer one gets a 413."},
+    )
     backend: str = field(default="auto", metadata={"help": "BM25 scoring backend: auto, numba or numpy."})
     encoder: str | None = field(
         default=None, metadata={"help": "Dense only: encoder to load instead of the manifest's."}
@@ -82,71 +94,73 @@ class PassagesRequest(BaseModel):
     ids: list[StrictStr] = Field(min_length=1)
 
 
-@dataclass
-class _Job:
-    queries: list[str]
-    k: int
-    future: asyncio.Future[list[list[tuple[Hit, dict[str, str]]]]]
+class BodyLimit:
+    """ASGI middleware: a request body over `max_bytes` is answered 413 and never reaches the app. A declared
+    Content-Length over the limit is refused before the body is read, a chunked body as soon as it passes it
+    (uvicorn discards the rest of the upload, so the client still reads the 413)."""
 
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
 
-class MicroBatcher:
-    """Serializes searches on one worker thread; jobs queued meanwhile go into the next call, grouped by k."""
-
-    def __init__(self, retriever: Retriever, max_batch: int = 256):
-        self.retriever = retriever
-        self.max_batch = max_batch
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever")
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def search(self, queries: list[str], k: int) -> list[list[tuple[Hit, dict[str, str]]]]:
-        """Per query, the top-k hits each with its passage {id, title, text}."""
-        job = _Job(queries, k, asyncio.get_running_loop().create_future())
-        await self._queue.put(job)
-        return await job.future
-
-    def _search_with_passages(self, queries: list[str], k: int) -> list[list[tuple[Hit, dict[str, str]]]]:
-        hits = self.retriever.search(queries, k)
-        passages = iter(self.retriever.get([pid for row in hits for pid, _ in row]))
-        return [[(hit, next(passages)) for hit in row] for row in hits]
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(f"of {int(declared)} bytes", scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
         while True:
-            jobs = [await self._queue.get()]
-            size = len(jobs[0].queries)
-            while size < self.max_batch and not self._queue.empty():
-                jobs.append(self._queue.get_nowait())
-                size += len(jobs[-1].queries)
-            by_k: dict[int, list[_Job]] = defaultdict(list)
-            for job in jobs:
-                by_k[job.k].append(job)
-            for k, group in by_k.items():
-                queries = [q for job in group for q in job.queries]
-                try:
-                    results = await loop.run_in_executor(
-                        self._executor, self._search_with_passages, queries, k
-                    )
-                except Exception as e:  # the failure goes to its requests; the loop keeps serving
-                    for job in group:
-                        if not job.future.done():
-                            job.future.set_exception(e)
-                    continue
-                start = 0
-                for job in group:
-                    if not job.future.done():  # a disconnected client cancels its future
-                        job.future.set_result(results[start : start + len(job.queries)])
-                    start += len(job.queries)
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before its body arrived: nobody to answer
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await self._refuse(f"of at least {size} bytes", scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:  # the body once, then the server's own messages (the disconnect)
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, size: str, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = f"request body {size} is over the limit max_body_bytes={self.max_bytes}"
+        await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client disconnects (the body has been read: the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable[Result]) -> Result | None:
+    """`work`'s result, or None when the client disconnects first; `work` is then cancelled, which drops
+    the request's queries not yet searched from the batcher's queue."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done and gone.exception() is not None:
+            return await task  # the connection could not be watched: answer as before
+    finally:
+        for pending in (task, gone):
+            if not pending.done():
+                pending.cancel()
+    return task.result() if task in done else None
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
@@ -171,6 +185,7 @@ def create_app(retriever: Retriever, config: ServeConfig, info: dict[str, Any] |
         await batcher.stop()
 
     app = FastAPI(title="r3forge retriever", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -179,24 +194,33 @@ def create_app(retriever: Retriever, config: ServeConfig, info: dict[str, Any] |
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", **(info or {})}
+        return {"status": "ok", **(info or {}), "searches": batcher.counters.as_dict()}
 
     @app.post("/retrieve")
-    async def retrieve(request: RetrieveRequest) -> JSONResponse:
+    async def retrieve(request: RetrieveRequest, http: Request) -> Response:
         k = config.default_topk if request.topk is None else request.topk
         if not 1 <= k <= config.max_topk:
             raise HTTPException(422, f"topk must be between 1 and {config.max_topk}, got {k}")
         if len(request.queries) > config.max_queries:
             raise HTTPException(
-                413, f"{len(request.queries)} queries in one request; the limit is {config.max_queries}"
+                413,
+                f"{len(request.queries)} queries in one request; the limit is max_queries={config.max_queries}",
             )
+        for i, query in enumerate(request.queries):
+            if len(query) > config.max_query_chars:
+                raise HTTPException(
+                    413,
+                    f"queries.{i}: {len(query)} characters; the limit is max_query_chars={config.max_query_chars}",
+                )
         try:
-            results = await batcher.search(request.queries, k)
+            results = await _unless_client_leaves(http, batcher.search(request.queries, k))
         except RetrievalError as e:
             raise HTTPException(422, str(e)) from e
         except Exception as e:  # answered as a 500 (clients retry); the server keeps serving
             logger.exception("search failed for %d queries", len(request.queries))
             return JSONResponse({"detail": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
+        if results is None:
+            return Response(status_code=499)  # "client closed request": nobody reads it
         out = []
         for row in results:
             docs = [{"id": p["id"], "contents": flashrag_contents(p["title"], p["text"])} for _, p in row]
