@@ -2,44 +2,50 @@
 # QREAM at CPU scale, measured: the fact judges on a labelled probe set, golden-rewrite rates of the LLM (ICL)
 # rewriter and of the offline extractive teacher, and a QREAM-FT student vs r_raw on held-out questions.
 #
-#   bash tests/benchmarks/bench_qream.sh [RUN_DIR] [STAGES]     # resumable; STAGES: a subset of "probe golden
-#                                                               # student heldout icl" (default: all)
+#   bash tests/benchmarks/bench_qream.sh [RUN_DIR] [STAGES]   # resumable; STAGES: a subset of "golden student
+#                                                 # heldout rag probe icl curve iclgold" (default: all, in this order)
 # SmolLM2-135M (embedded) is rewriter, reader, fact extractor and judge, behind vLLM servers each job starts
 # and stops. HotpotQA: r_raw = each question's first 5 own paragraphs; training questions from the train
 # sample, held-out ones from the test sample (never trained on). The synthetic world: r_raw = BM25 top-5 over
-# its corpus; training questions 0-149, held-out 400-499. Prints the tables (python .../qream_tables.py).
+# its corpus; training questions 0-49, held-out 400-449. Prints the tables (python .../qream_tables.py).
+# Sizes (env): TRAIN_Q (100 HotpotQA questions, half as many world ones), HELDOUT_Q (50 per dataset),
+# PROBE_Q (25 HotpotQA dev questions, 4/5 as many world held-out ones). vLLM's CPU worker is bound to every
+# core (VLLM_CPU_OMP_THREADS_BIND=0-<n-1>; vLLM's own default keeps one core for its scheduler). On 2 cores
+# prefill runs at ~200 tokens/s, so each stage takes tens of minutes; resumable, one stage at a time. A
+# batch of 128 requests in flight outlasts the default 300 s HTTP timeout there (a timed-out request is
+# retried from scratch: 39 of 300 fact requests were), hence --request_timeout_s 1800.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=.venv/bin/r3forge
 R=${1:-runs/bench_qream}
-STAGES=${2:-probe golden student heldout icl}
+STAGES=${2:-golden student heldout rag probe icl curve iclgold}
+TRAIN_Q=${TRAIN_Q:-100}
+HELDOUT_Q=${HELDOUT_Q:-50}
+PROBE_Q=${PROBE_Q:-25}
+export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-$(($(nproc) - 1))}
 H=${HOTPOTQA_DIR:-../shared/data/hotpotqa}
-M="--backend openai --model smollm2-135m-instruct --serve true --tokenizer smollm2-135m-instruct --batch_size 32 --concurrency 4 --progress false"
+M="--backend openai --model smollm2-135m-instruct --serve true --tokenizer smollm2-135m-instruct --batch_size 32 --concurrency 4 --request_timeout_s 1800 --progress false"
 Q="--config configs/annotate/qream_hotpotqa_cpu.yaml --index '' --seed_qa_path $H/rpt_distractor_dev_sample_train.jsonl"
 step() { echo "== $(date +%T) $1" >&2; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 [ -f "$R/world/questions.jsonl" ] || { step world; $B data synth-world --seed 0 --output_dir "$R/world"; }
 [ -d "$R/world_index" ] || { step world-index; $B index build --corpus "$R/world/corpus.jsonl" --kind bm25 --output "$R/world_index"; }
-head -n 150 "$R/world/questions.jsonl" > "$R/world_train.jsonl"
-sed -n 401,460p "$R/world/questions.jsonl" > "$R/world_heldout.jsonl"
-head -n 150 "$H/rpt_distractor_dev_sample_train.jsonl" > "$R/hotpotqa_train.jsonl"
-head -n 60 "$H/rpt_distractor_dev_sample_test.jsonl" > "$R/hotpotqa_heldout.jsonl"
+head -n "$((TRAIN_Q / 2))" "$R/world/questions.jsonl" > "$R/world_train.jsonl"
+sed -n "401,$((400 + HELDOUT_Q))p" "$R/world/questions.jsonl" > "$R/world_heldout.jsonl"
+head -n "$TRAIN_Q" "$H/rpt_distractor_dev_sample_train.jsonl" > "$R/hotpotqa_train.jsonl"
+head -n "$HELDOUT_Q" "$H/rpt_distractor_dev_sample_test.jsonl" > "$R/hotpotqa_heldout.jsonl"
 W="--index $R/world_index --seed_qa_path $R/world/questions.jsonl"
 
-if has probe; then  # 1. the three fact judges on claims built from the data
-  [ -f "$R/probe_hotpotqa/report.json" ] || { step probe-hotpotqa; eval $B annotate qream-judge-probe --qa_path "$H/rpt_distractor_dev_sample_dev.jsonl" --max_questions 100 $M --output_dir "$R/probe_hotpotqa"; }
-  [ -f "$R/probe_world/report.json" ] || { step probe-world; eval $B annotate qream-judge-probe --qa_path "$R/world_heldout.jsonl" --index "$R/world_index" --max_questions 60 $M --output_dir "$R/probe_world"; }
-fi
-if has golden; then  # 2. golden rewrites of the extractive teacher (training questions and held-out ones)
+if has golden; then  # 1. golden rewrites of the extractive teacher (training questions and held-out ones)
   for d in hotpotqa world; do
     [ $d = hotpotqa ] && S="$Q" || S="$Q $W"
     for split in train heldout; do
-      [ -f "$R/ext_${d}_$split/report.json" ] || { step "extractive-$d-$split"; eval $B annotate qream $S --qa_path "$R/${d}_$split.jsonl" --max_questions 150 --rewriter extractive --echo_guard true --validation_fraction 0 $M --output_dir "$R/ext_${d}_$split"; }
+      [ -f "$R/ext_${d}_$split/report.json" ] || { step "extractive-$d-$split"; eval $B annotate qream $S --qa_path "$R/${d}_$split.jsonl" --max_questions "$TRAIN_Q" --rewriter extractive --echo_guard true --validation_fraction 0 $M --output_dir "$R/ext_${d}_$split"; }
     done
   done
 fi
-if has student; then  # 3. QREAM-FT: the embedded model distilled on the HotpotQA + world golden rewrites
+if has student; then  # 2. QREAM-FT: the embedded model distilled on the HotpotQA + world golden rewrites
   [ -d "$R/ft_data" ] || { step ft-data; .venv/bin/python - "$R" <<'EOF'
 import sys
 from pathlib import Path
@@ -52,17 +58,39 @@ EOF
   }
   [ -d "$R/ft/final" ] || { step sft; $B sft --config configs/sft/qream_ft_cpu.yaml --dataset "$R/ft_data" --eval_dataset '' --eval_split '' --eval_strategy no --save_strategy no --num_train_epochs 2 --output_dir "$R/ft" --resume_from_checkpoint auto; }
 fi
-if has heldout; then  # 4. held-out: r_raw vs the student's rewrites (a fixed reader: the embedded model)
+if has heldout; then  # 3. held-out: r_raw vs the student's rewrites (a fixed reader: the embedded model)
   for d in hotpotqa world; do
     [ $d = hotpotqa ] && S="--index ''" || S="--index $R/world_index"
     [ -f "$R/ft_$d/report.json" ] || { step "student-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --method ft --demos_from "''" $M --model "$R/ft/final" --tokenizer "$R/ft/final" --reader_model smollm2-135m-instruct --output_dir "$R/ft_$d"; }
   done
 fi
-if has icl; then  # 5. QREAM-ICL on the held-out questions, and its golden rate there
+if has rag; then  # 4. in the RAG evaluation: none and IGP, each with its `+qream` twin rewritten by the student
+  [ -f "$R/rag_hotpotqa/summary.json" ] || { step rag-hotpotqa; $B eval rag --config configs/eval/igp_hotpotqa_cpu.yaml --qa_path "$R/hotpotqa_heldout.jsonl" --max_questions "$HELDOUT_Q" --methods none igp --top_m 3 5 --thresholds 0.0 --rewrite ft --rewriter_model "$R/ft/final" --output_dir "$R/rag_hotpotqa"; }
+fi
+if has probe; then  # 5. the three fact judges on claims built from the data
+  [ -f "$R/probe_hotpotqa/report.json" ] || { step probe-hotpotqa; eval $B annotate qream-judge-probe --qa_path "$H/rpt_distractor_dev_sample_dev.jsonl" --max_questions "$PROBE_Q" $M --output_dir "$R/probe_hotpotqa"; }
+  [ -f "$R/probe_world/report.json" ] || { step probe-world; eval $B annotate qream-judge-probe --qa_path "$R/world_heldout.jsonl" --index "$R/world_index" --max_questions "$((PROBE_Q * 4 / 5))" $M --output_dir "$R/probe_world"; }
+fi
+if has icl; then  # 6. QREAM-ICL (the 135M rewriter, its stylistic demos) on the held-out questions
   for d in hotpotqa world; do
     [ $d = hotpotqa ] && S="--index '' --seed_qa_path $H/rpt_distractor_dev_sample_train.jsonl" || S="$W"
     [ -f "$R/icl_$d/report.json" ] || { step "icl-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --demos_from "''" $M --output_dir "$R/icl_$d"; }
-    [ -f "$R/iclgold_${d}_heldout/report.json" ] || { step "icl-golden-$d"; [ $d = hotpotqa ] && S2="$Q" || S2="$Q $W"; eval $B annotate qream $S2 --qa_path "$R/${d}_heldout.jsonl" --echo_guard true --validation_fraction 0 $M --output_dir "$R/iclgold_${d}_heldout"; }
+  done
+fi
+if has curve; then  # 7. learning curve: the student on 25 and 50 golden rewrites (same epochs, same seed)
+  for n in 25 50; do
+    [ -d "$R/ft_data_$n" ] || .venv/bin/python -c "import datasets, sys; d = datasets.load_from_disk(sys.argv[1]); datasets.DatasetDict({'train': d['train'].shuffle(seed=0).select(range($n))}).save_to_disk(sys.argv[2])" "$R/ft_data" "$R/ft_data_$n"
+    [ -d "$R/ft_$n/final" ] || { step "sft-$n"; $B sft --config configs/sft/qream_ft_cpu.yaml --dataset "$R/ft_data_$n" --eval_dataset '' --eval_split '' --eval_strategy no --save_strategy no --num_train_epochs 2 --output_dir "$R/ft_$n" --resume_from_checkpoint auto; }
+    for d in hotpotqa world; do
+      [ $d = hotpotqa ] && S="--index ''" || S="--index $R/world_index"
+      [ -f "$R/ft_${n}_$d/report.json" ] || { step "student-$n-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --method ft --demos_from "''" $M --model "$R/ft_$n/final" --tokenizer "$R/ft_$n/final" --reader_model smollm2-135m-instruct --output_dir "$R/ft_${n}_$d"; }
+    done
+  done
+fi
+if has iclgold; then  # 8. the golden rate of the 135M ICL rewriter (the paper's path) on the held-out questions
+  for d in hotpotqa world; do
+    [ $d = hotpotqa ] && S2="$Q" || S2="$Q $W"
+    [ -f "$R/iclgold_${d}_heldout/report.json" ] || { step "icl-golden-$d"; eval $B annotate qream $S2 --qa_path "$R/${d}_heldout.jsonl" --echo_guard true --validation_fraction 0 $M --output_dir "$R/iclgold_${d}_heldout"; }
   done
 fi
 .venv/bin/python tests/benchmarks/qream_tables.py "$R"

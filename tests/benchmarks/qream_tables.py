@@ -4,27 +4,35 @@
 
 1. Fact judges on the probe set (per dataset): AUC, calibrated tau and held-out accuracy, supported share per
    claim kind.
-2. Golden-rewrite rate (dual criteria, echo guard on) per teacher and dataset, with why questions dropped.
+2. Golden-rewrite rate (dual criteria, echo guard on) per teacher and dataset, with why questions dropped,
+   and the extractive teacher's rate by the number of exploration rounds; where the hard filter fails: per
+   round, candidates with the answer string in them and the reader's passes with and without it.
 3. Held-out questions, one fixed reader (the embedded model, two demos): EM / F1 / input tokens (TK, and as a
    share of r_raw's) and s_orient of r_raw, the QREAM-FT student, QREAM-ICL, the extractive teacher itself
    (round 3: its best 6 sentences) and the golden rewrites where they exist (oracle: selected by the reader).
    The baseline is r_raw: "F1 / raw" and "TK / raw" are ratios against it.
-4. Selection ablation (the paper's Table 4 shape) on the held-out extractive candidates: golden rate, and
+   The student's F1 gain over r_raw carries a paired bootstrap 95% interval over the questions.
+4. Learning curve: the student distilled on 25, 50 and all golden rewrites (same epochs and seed), held out.
+5. Selection ablation (the paper's Table 4 shape) on the held-out extractive candidates: golden rate, and
    the reader F1, S_fact and TK of what each selection keeps (dual / utility / fidelity / none).
+6. In the RAG evaluation (`eval rag --rewrite ft`): none and IGP with their `+qream` twins (the student
+   rewrites the kept passages), on the held-out HotpotQA questions.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
+import datasets
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.orientation import s_orient
-from r3forge.metrics.qa import exact_match
+from r3forge.metrics.qa import exact_match, normalize_answer
 from r3forge.models import resolve_model
 from r3forge.qream.pipeline import select_all
 
@@ -46,6 +54,18 @@ def em(candidate: dict) -> float:
 
 def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
+
+
+def paired_bootstrap(a: list[float], b: list[float], samples: int = 2000) -> tuple[float, float, float]:
+    """Mean of b - a over paired questions and its 95% percentile interval (seeded resampling).
+
+    >>> paired_bootstrap([0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
+    (1.0, 1.0, 1.0)
+    """
+    diffs = [y - x for x, y in zip(a, b, strict=True)]
+    rng = random.Random(0)
+    means = sorted(sum(rng.choices(diffs, k=len(diffs))) / len(diffs) for _ in range(samples))
+    return mean(diffs), means[int(0.025 * samples)], means[int(0.975 * samples) - 1]
 
 
 def judges_table(r: Path) -> None:
@@ -72,6 +92,65 @@ def golden_table(r: Path) -> None:
                     rate = rep["golden"] / max(rep["questions"], 1)
                     print(f"| {teacher} | {d} | {split} | {rep['questions']} | {rep['golden']} | {rate:.2f} | "
                           f"{rep['golden_mean_s_perf']} | {rep['golden_mean_s_fact']} | {rep['dropped']} |")  # fmt: skip
+
+
+def rounds_table(r: Path) -> None:
+    """Golden rate with the first n rounds of candidates only: how much each exploration round adds."""
+    print("\n### Golden rate by exploration rounds (extractive teacher; round n: its best 2n sentences)\n")
+    print("| dataset | split | questions | " + " | ".join(f"rounds <= {n}" for n in range(1, 6)) + " |")
+    print("|---|---|---|" + "---|" * 5)
+    for d in DATASETS:
+        for split in ("train", "heldout"):
+            cands = rows(r / f"ext_{d}_{split}" / "candidates.jsonl")
+            if not cands:
+                continue
+            questions = len({c["question_id"] for c in cands})
+            cells = []
+            for n in range(1, 6):
+                kept = [dict(c) for c in cands if c["round"] <= n]
+                if n > max(c["round"] for c in cands):
+                    cells.append("")
+                    continue
+                selected, _ = select_all(kept, "dual")
+                cells.append(f"{sum(c['golden'] for c in selected) / questions:.2f}")
+            print(f"| {d} | {split} | {questions} | " + " | ".join(cells) + " |")
+
+
+def contains_answer(text: str, answers: list[str]) -> bool:
+    """Some gold answer, SQuAD-normalized, inside the normalized text.
+
+    >>> contains_answer("It was built in 1889 in Paris.", ["1889"]), contains_answer("Paris.", ["Rome"])
+    (True, False)
+    """
+    norm = normalize_answer(text)
+    return any(a and a in norm for a in map(normalize_answer, answers))
+
+
+def hard_filter_table(r: Path, tokenizer) -> None:
+    """Rewriter or reader? Per round: the answer string in the candidate, and the reader's passes with and
+    without it (the hard filter: a gold answer inside the fixed reader's answer); r_raw as the reference."""
+    print("\n### Where the hard filter fails (extractive teacher; reader: SmolLM2-135M)\n")
+    print("| dataset | split | evidence | TK | answer in it | reader passes | passes, answer in it | "
+          "passes, answer not in it | golden |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d in DATASETS:
+        for split in ("train", "heldout"):
+            cands = rows(r / f"ext_{d}_{split}" / "candidates.jsonl")
+            if not cands:
+                continue
+            raw = {c["question_id"]: (c["raw"], c["answers"]) for c in cands}
+            has = sum(contains_answer(text, answers) for text, answers in raw.values())
+            tk = mean(input_tokens([text for text, _ in raw.values()], tokenizer))
+            print(f"| {d} | {split} | r_raw ({len(raw)} q) | {tk:.0f} | {has} | | | | |")
+            for n in sorted({c["round"] for c in cands}):
+                these = [c for c in cands if c["round"] == n]
+                inside = [contains_answer(c["document"], c["answers"]) for c in these]
+                tk = mean(input_tokens([c["document"] for c in these], tokenizer))
+                print(f"| {d} | {split} | round {n} ({len(these)}) | {tk:.0f} | {sum(inside)} | "
+                      f"{sum(c['passes'] for c in these)} | "
+                      f"{sum(c['passes'] and i for c, i in zip(these, inside, strict=True))} | "
+                      f"{sum(c['passes'] and not i for c, i in zip(these, inside, strict=True))} | "
+                      f"{sum(bool(c['golden']) for c in these)} |")  # fmt: skip
 
 
 def heldout_table(r: Path, model, tokenizer) -> None:
@@ -114,9 +193,45 @@ def heldout_table(r: Path, model, tokenizer) -> None:
             f1 = mean([a[3] for a in arm])
             print(f"| {name} | {mean([a[2] for a in arm]):.3f} | {f1:.3f} | {f1 / base_f1 if base_f1 else float('nan'):.2f} | "
                   f"{tk:.0f} | {tk / base_tk:.2f} | {orient:.3f} |")  # fmt: skip
+        gain, low, high = paired_bootstrap([x["f1_raw"] for x in ft], [x["f1_rewrite"] for x in ft])
+        print(f"\nStudent F1 - r_raw F1, paired bootstrap 95%: {gain:+.3f} [{low:+.3f}, {high:+.3f}]; "
+              f"rewritten {sum(x['rewrite'] is not None for x in ft)} of {len(ft)} (the rest fall back to r_raw).")  # fmt: skip
         print(
             "\n(EM of the extractive and golden rows: S_perf = 1, the reader's F1 of 1.0; their F1 is S_perf.)"
         )
+
+
+def curve_table(r: Path) -> None:
+    """The student at 3+ training sizes, held out: reader F1 and TK of its rewrites against r_raw's."""
+    sizes = [(n, f"ft_{n}") for n in (25, 50)] + [(None, "ft")]
+    if not any((r / f"{prefix}_{d}" / "report.json").is_file() for _, prefix in sizes for d in DATASETS):
+        return
+    print("\n### Learning curve: QREAM-FT student by golden rewrites seen (held out)\n")
+    print("| dataset | train rows | rewritten | F1 raw | F1 student | student - raw [95%] | TK / raw |")
+    print("|---|---|---|---|---|---|---|")
+    for d in DATASETS:
+        for n, prefix in sizes:
+            ev = rows(r / f"{prefix}_{d}" / "evidence.jsonl")
+            rep = load(r / f"{prefix}_{d}" / "report.json")
+            if not ev or not rep:
+                continue
+            size = n if n is not None else sum(1 for _ in rows_of_dataset(r / "ft_data"))
+            gain, low, high = paired_bootstrap([x["f1_raw"] for x in ev], [x["f1_rewrite"] for x in ev])
+            print(f"| {d} | {size} | {rep['rewritten']} / {rep['questions']} | {rep['f1_raw']:.3f} | "
+                  f"{rep['f1_rewrite']:.3f} | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {rep['tk_ratio']:.2f} |")  # fmt: skip
+
+
+def rows_of_dataset(folder: Path) -> list:
+    """The training rows of a saved DatasetDict folder ([] when absent)."""
+    if not folder.is_dir():
+        return []
+    return list(datasets.load_from_disk(str(folder))["train"])
+
+
+def rag_table(r: Path) -> None:
+    if (table := r / "rag_hotpotqa" / "table.md").is_file():
+        print("\n### eval rag --rewrite ft, held-out HotpotQA (own 10 paragraphs; generator SmolLM2-135M)\n")
+        print(table.read_text())
 
 
 def ablation_table(r: Path, tokenizer) -> None:
@@ -143,9 +258,13 @@ def main(run_dir: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     judges_table(r)
     golden_table(r)
+    rounds_table(r)
+    hard_filter_table(r, tokenizer)
     with torch.no_grad():
         heldout_table(r, AutoModelForCausalLM.from_pretrained(path).eval(), tokenizer)
+    curve_table(r)
     ablation_table(r, tokenizer)
+    rag_table(r)
 
 
 if __name__ == "__main__":
