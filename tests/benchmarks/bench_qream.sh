@@ -3,7 +3,7 @@
 # rewriter and of the offline extractive teacher, and a QREAM-FT student vs r_raw on held-out questions.
 #
 #   bash tests/benchmarks/bench_qream.sh [RUN_DIR] [STAGES]   # resumable; STAGES: a subset of "golden student
-#                                                 # heldout rag probe icl curve iclgold" (default: all, in this order)
+#                                    # heldout icl curve probe rag extheld iclgold" (default: all, in this order)
 # SmolLM2-135M (embedded) is rewriter, reader, fact extractor and judge, behind vLLM servers each job starts
 # and stops. HotpotQA: r_raw = each question's first 5 own paragraphs; training questions from the train
 # sample, held-out ones from the test sample (never trained on). The synthetic world: r_raw = BM25 top-5 over
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=.venv/bin/r3forge
 R=${1:-runs/bench_qream}
-STAGES=${2:-golden student heldout rag probe icl curve iclgold}
+STAGES=${2:-golden student heldout icl curve probe rag extheld iclgold}
 TRAIN_Q=${TRAIN_Q:-100}
 HELDOUT_Q=${HELDOUT_Q:-50}
 PROBE_Q=${PROBE_Q:-25}
@@ -37,12 +37,10 @@ head -n "$TRAIN_Q" "$H/rpt_distractor_dev_sample_train.jsonl" > "$R/hotpotqa_tra
 head -n "$HELDOUT_Q" "$H/rpt_distractor_dev_sample_test.jsonl" > "$R/hotpotqa_heldout.jsonl"
 W="--index $R/world_index --seed_qa_path $R/world/questions.jsonl"
 
-if has golden; then  # 1. golden rewrites of the extractive teacher (training questions and held-out ones)
+if has golden; then  # 1. golden rewrites of the extractive teacher on the training questions
   for d in hotpotqa world; do
     [ $d = hotpotqa ] && S="$Q" || S="$Q $W"
-    for split in train heldout; do
-      [ -f "$R/ext_${d}_$split/report.json" ] || { step "extractive-$d-$split"; eval $B annotate qream $S --qa_path "$R/${d}_$split.jsonl" --max_questions "$TRAIN_Q" --rewriter extractive --echo_guard true --validation_fraction 0 $M --output_dir "$R/ext_${d}_$split"; }
-    done
+    [ -f "$R/ext_${d}_train/report.json" ] || { step "extractive-$d-train"; eval $B annotate qream $S --qa_path "$R/${d}_train.jsonl" --max_questions "$TRAIN_Q" --rewriter extractive --echo_guard true --validation_fraction 0 $M --output_dir "$R/ext_${d}_train"; }
   done
 fi
 if has student; then  # 2. QREAM-FT: the embedded model distilled on the HotpotQA + world golden rewrites
@@ -64,21 +62,15 @@ if has heldout; then  # 3. held-out: r_raw vs the student's rewrites (a fixed re
     [ -f "$R/ft_$d/report.json" ] || { step "student-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --method ft --demos_from "''" $M --model "$R/ft/final" --tokenizer "$R/ft/final" --reader_model smollm2-135m-instruct --output_dir "$R/ft_$d"; }
   done
 fi
-if has rag; then  # 4. in the RAG evaluation: none and IGP, each with its `+qream` twin rewritten by the student
-  [ -f "$R/rag_hotpotqa/summary.json" ] || { step rag-hotpotqa; $B eval rag --config configs/eval/igp_hotpotqa_cpu.yaml --qa_path "$R/hotpotqa_heldout.jsonl" --max_questions "$HELDOUT_Q" --methods none igp --top_m 3 5 --thresholds 0.0 --rewrite ft --rewriter_model "$R/ft/final" --output_dir "$R/rag_hotpotqa"; }
-fi
-if has probe; then  # 5. the three fact judges on claims built from the data
-  [ -f "$R/probe_hotpotqa/report.json" ] || { step probe-hotpotqa; eval $B annotate qream-judge-probe --qa_path "$H/rpt_distractor_dev_sample_dev.jsonl" --max_questions "$PROBE_Q" $M --output_dir "$R/probe_hotpotqa"; }
-  [ -f "$R/probe_world/report.json" ] || { step probe-world; eval $B annotate qream-judge-probe --qa_path "$R/world_heldout.jsonl" --index "$R/world_index" --max_questions "$((PROBE_Q * 4 / 5))" $M --output_dir "$R/probe_world"; }
-fi
-if has icl; then  # 6. QREAM-ICL (the 135M rewriter, its stylistic demos) on the held-out questions
+if has icl; then  # 4. QREAM-ICL (the 135M rewriter, its stylistic demos) on the held-out questions
   for d in hotpotqa world; do
     [ $d = hotpotqa ] && S="--index '' --seed_qa_path $H/rpt_distractor_dev_sample_train.jsonl" || S="$W"
     [ -f "$R/icl_$d/report.json" ] || { step "icl-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --demos_from "''" $M --output_dir "$R/icl_$d"; }
   done
 fi
-if has curve; then  # 7. learning curve: the student on 25 and 50 golden rewrites (same epochs, same seed)
-  for n in 25 50; do
+if has curve; then  # 5. learning curve: the student on a quarter and half of the golden rewrites (same epochs, seed)
+  N=$(.venv/bin/python -c "import datasets, sys; print(len(datasets.load_from_disk(sys.argv[1])['train']))" "$R/ft_data")
+  for n in $((N / 4)) $((N / 2)); do
     [ -d "$R/ft_data_$n" ] || .venv/bin/python -c "import datasets, sys; d = datasets.load_from_disk(sys.argv[1]); datasets.DatasetDict({'train': d['train'].shuffle(seed=0).select(range($n))}).save_to_disk(sys.argv[2])" "$R/ft_data" "$R/ft_data_$n"
     [ -d "$R/ft_$n/final" ] || { step "sft-$n"; $B sft --config configs/sft/qream_ft_cpu.yaml --dataset "$R/ft_data_$n" --eval_dataset '' --eval_split '' --eval_strategy no --save_strategy no --num_train_epochs 2 --output_dir "$R/ft_$n" --resume_from_checkpoint auto; }
     for d in hotpotqa world; do
@@ -87,7 +79,20 @@ if has curve; then  # 7. learning curve: the student on 25 and 50 golden rewrite
     done
   done
 fi
-if has iclgold; then  # 8. the golden rate of the 135M ICL rewriter (the paper's path) on the held-out questions
+if has probe; then  # 6. the three fact judges on claims built from the data
+  [ -f "$R/probe_hotpotqa/report.json" ] || { step probe-hotpotqa; eval $B annotate qream-judge-probe --qa_path "$H/rpt_distractor_dev_sample_dev.jsonl" --max_questions "$PROBE_Q" $M --output_dir "$R/probe_hotpotqa"; }
+  [ -f "$R/probe_world/report.json" ] || { step probe-world; eval $B annotate qream-judge-probe --qa_path "$R/world_heldout.jsonl" --index "$R/world_index" --max_questions "$((PROBE_Q * 4 / 5))" $M --output_dir "$R/probe_world"; }
+fi
+if has rag; then  # 7. in the RAG evaluation: none and IGP, each with its `+qream` twin rewritten by the student
+  [ -f "$R/rag_hotpotqa/summary.json" ] || { step rag-hotpotqa; $B eval rag --config configs/eval/igp_hotpotqa_cpu.yaml --qa_path "$R/hotpotqa_heldout.jsonl" --max_questions "$HELDOUT_Q" --methods none igp --top_m 3 5 --thresholds 0.0 --rewrite ft --rewriter_model "$R/ft/final" --output_dir "$R/rag_hotpotqa"; }
+fi
+if has extheld; then  # 8. the extractive teacher's candidates on the held-out questions: the golden (oracle) row
+  for d in hotpotqa world; do  # of the held-out table and the selection ablation on unseen questions
+    [ $d = hotpotqa ] && S="$Q" || S="$Q $W"
+    [ -f "$R/ext_${d}_heldout/report.json" ] || { step "extractive-$d-heldout"; eval $B annotate qream $S --qa_path "$R/${d}_heldout.jsonl" --max_questions "$HELDOUT_Q" --rewriter extractive --echo_guard true --validation_fraction 0 $M --output_dir "$R/ext_${d}_heldout"; }
+  done
+fi
+if has iclgold; then  # 9. the golden rate of the 135M ICL rewriter (the paper's path) on the held-out questions
   for d in hotpotqa world; do
     [ $d = hotpotqa ] && S2="$Q" || S2="$Q $W"
     [ -f "$R/iclgold_${d}_heldout/report.json" ] || { step "icl-golden-$d"; eval $B annotate qream $S2 --qa_path "$R/${d}_heldout.jsonl" --echo_guard true --validation_fraction 0 $M --output_dir "$R/iclgold_${d}_heldout"; }

@@ -12,8 +12,8 @@
    (round 3: its best 6 sentences) and the golden rewrites where they exist (oracle: selected by the reader).
    The baseline is r_raw: "F1 / raw" and "TK / raw" are ratios against it.
    The student's F1 gain over r_raw carries a paired bootstrap 95% interval over the questions.
-4. Learning curve: the student distilled on 25, 50 and all golden rewrites (same epochs and seed), held out.
-5. Selection ablation (the paper's Table 4 shape) on the held-out extractive candidates: golden rate, and
+4. Learning curve: the student distilled on a quarter, half and all golden rewrites (same epochs, seed), held out.
+5. Selection ablation (the paper's Table 4 shape) on the extractive candidates of each split: golden rate, and
    the reader F1, S_fact and TK of what each selection keeps (dual / utility / fidelity / none).
 6. In the RAG evaluation (`eval rag --rewrite ft`): none and IGP with their `+qream` twins (the student
    rewrites the kept passages), on the held-out HotpotQA questions.
@@ -203,7 +203,8 @@ def heldout_table(r: Path, model, tokenizer) -> None:
 
 def curve_table(r: Path) -> None:
     """The student at 3+ training sizes, held out: reader F1 and TK of its rewrites against r_raw's."""
-    sizes = [(n, f"ft_{n}") for n in (25, 50)] + [(None, "ft")]
+    sized = sorted(int(f.name.split("_")[-1]) for f in r.glob("ft_data_*") if f.name.split("_")[-1].isdigit())
+    sizes = [(n, f"ft_{n}") for n in sized] + [(None, "ft")]
     if not any((r / f"{prefix}_{d}" / "report.json").is_file() for _, prefix in sizes for d in DATASETS):
         return
     print("\n### Learning curve: QREAM-FT student by golden rewrites seen (held out)\n")
@@ -215,7 +216,7 @@ def curve_table(r: Path) -> None:
             rep = load(r / f"{prefix}_{d}" / "report.json")
             if not ev or not rep:
                 continue
-            size = n if n is not None else sum(1 for _ in rows_of_dataset(r / "ft_data"))
+            size = n if n is not None else len(rows_of_dataset(r / "ft_data"))
             gain, low, high = paired_bootstrap([x["f1_raw"] for x in ev], [x["f1_rewrite"] for x in ev])
             print(f"| {d} | {size} | {rep['rewritten']} / {rep['questions']} | {rep['f1_raw']:.3f} | "
                   f"{rep['f1_rewrite']:.3f} | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {rep['tk_ratio']:.2f} |")  # fmt: skip
@@ -235,11 +236,13 @@ def rag_table(r: Path) -> None:
 
 
 def ablation_table(r: Path, tokenizer) -> None:
-    for d in DATASETS:
-        cands = rows(r / f"ext_{d}_heldout" / "candidates.jsonl")
+    for d, split in ((d, split) for d in DATASETS for split in ("train", "heldout")):
+        cands = rows(r / f"ext_{d}_{split}" / "candidates.jsonl")
         if not cands:
             continue
-        print(f"\n### Selection ablation, extractive candidates, held-out {d}\n")
+        print(
+            f"\n### Selection ablation, extractive candidates, {d} {split} ({len({c['question_id'] for c in cands})} q)\n"
+        )
         print(
             "| selection | golden questions | reader F1 of the kept | S_fact of the kept | TK of the kept |"
         )
