@@ -47,7 +47,7 @@ from r3forge.agent.rollout import RolloutConfig
 from r3forge.config import save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
-from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info
+from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_info
 from r3forge.sft.train import load_model
 
 
@@ -55,6 +55,8 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
          model_args: ModelConfig, training: GRPOConfig) -> dict[str, Any]:  # fmt: skip
     """Train, save `final/` and the run files; returns the final metrics."""
     check_trl()
+    # before anything loads: a folder of another command or of other settings is refused
+    claim_run("grpo", (script, search, env_config, rollout, model_args), training, script.overwrite)
     resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,
                                 training.save_only_model)  # fmt: skip
     out = Path(training.output_dir)

@@ -40,8 +40,9 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 from r3forge.config import parse_config, save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
+from r3forge.models import check_models
 from r3forge.sft.config import SFT_CONFIGS, TASKS, SFTScriptArguments
-from r3forge.sft.run import MetricsJSONL, prepare_output_dir, run_info
+from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_info
 from r3forge.sft.taskeval import TaskEval, whole_questions
 from r3forge.sft.train import (
     TASK_COLUMNS,
@@ -58,6 +59,7 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     """Train, evaluate, save `final/` and the run files; returns the final metrics."""
     if script.task not in TASKS:
         raise ConfigError(f"task must be one of {TASKS}, got {script.task!r}")
+    claim_run("sft", (script, model_args), training, script.overwrite)  # before anything loads
     resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,
                                 training.save_only_model)  # fmt: skip
     out = Path(training.output_dir)
@@ -134,7 +136,9 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
 
 def cli(argv: list[str] | None = None) -> int:
     """`r3forge sft`, `python -m r3forge.sft`, `python recipes/sft.py`: parse the configs, run `main`."""
-    main(*parse_config(SFT_CONFIGS, sys.argv[1:] if argv is None else argv, prog="r3forge sft"))
+    configs = parse_config(SFT_CONFIGS, sys.argv[1:] if argv is None else argv, prog="r3forge sft")
+    check_models(*configs)  # before anything loads, as every dataset path (`load_split`)
+    main(*configs)
     return 0
 
 

@@ -6,7 +6,14 @@ import pytest
 import yaml
 from trl import SFTConfig
 
-from r3forge.config import config_to_dict, load_yaml_with_lines, missing_help, parse_config, save_config
+from r3forge.config import (
+    config_to_dict,
+    load_yaml_with_lines,
+    missing_help,
+    parse_config,
+    save_config,
+    where,
+)
 from r3forge.errors import ConfigError
 
 
@@ -99,6 +106,20 @@ def test_save_config_round_trips(tmp_path):
     assert config_to_dict(train2) == config_to_dict(train) and data2 == data
 
 
+@dataclass
+class Out:
+    overwrite: bool = field(default=False, metadata={"help": "Move an existing run aside."})
+
+
+def test_saved_config_never_carries_overwrite(tmp_path):
+    (out,) = parse_config((Out,), ["--overwrite", "true"])
+    path = save_config([out], tmp_path / "config.yaml")
+    assert (
+        yaml.safe_load(path.read_text())["overwrite"] is False
+    )  # a rerun from it resumes, never moves it aside
+    assert out.overwrite is True  # the live config is untouched
+
+
 def test_trl_sft_config_through_yaml(tmp_path):
     cfg = write(
         tmp_path, "learning_rate: 1.0e-5\nper_device_train_batch_size: 4\noutput_dir: out\nmax_length: 512\n"
@@ -159,3 +180,70 @@ def test_resolved_sft_config_reads_back(tmp_path):
     assert again.report_to == ["tensorboard"] and again.output_dir == "out"
     with pytest.raises(ConfigError, match="expected a single value"):
         parse_config((SFTConfig,), ["--config", write(tmp_path, "learning_rate: [1, 2]\n", "bad.yaml")])
+
+
+@dataclass
+class Sized:
+    batch_size: int = field(default=16, metadata={"help": "Items per call."})
+    max_questions: int | None = field(default=None, metadata={"help": "First N questions (unset: all)."})
+    validation_fraction: float = field(default=0.1, metadata={"help": "Share held out."})
+    top_m: list[int] = field(default_factory=lambda: [1, 3], metadata={"help": "Top-M values."})
+    top_k: int = field(default=0, metadata={"help": "Own bounds.", "min": 0, "max": 8})
+    port: int = field(default=8000, metadata={"help": "Port."})
+
+
+def test_ranges_by_name_and_metadata_name_the_flag_or_file_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^flag '--batch_size': must be >= 1, got 0$"):
+        parse_config((Sized,), ["--batch_size", "0"])
+    with pytest.raises(
+        ConfigError, match=r"^flag '--batch-size': must be >= 1, got -2$"
+    ):  # the alias, as typed
+        parse_config((Sized,), ["--batch-size=-2"])
+    with pytest.raises(
+        ConfigError, match=r"flag '--max_questions': must be >= 1 or unset \(no limit\), got 0"
+    ):
+        parse_config((Sized,), ["--max_questions", "0"])
+    with pytest.raises(ConfigError, match=r"flag '--top_m': must be >= 1, got 0"):  # list items one by one
+        parse_config((Sized,), ["--top_m", "5", "0"])
+    with pytest.raises(ConfigError, match=r"flag '--top_k': must be in \[0, 8\], got 9"):  # metadata wins
+        parse_config((Sized,), ["--top_k", "9"])
+    cfg = write(tmp_path, "batch_size: 4\nvalidation_fraction: 1.5\n")
+    with pytest.raises(
+        ConfigError, match=rf"^{cfg}:2: key 'validation_fraction': must be in \[0, 1\], got 1.5$"
+    ):
+        parse_config((Sized,), ["--config", cfg])
+    with pytest.raises(ConfigError, match="'--validation_fraction': must be in"):
+        parse_config((Sized,), ["--validation_fraction", "nan"])
+    (ok,) = parse_config(
+        (Sized,), ["--config", cfg, "--validation_fraction", "0", "--port", "0", "--top_k", "0"]
+    )
+    assert (ok.validation_fraction, ok.port, ok.max_questions, ok.top_k) == (0.0, 0, None, 0)
+
+
+def test_ranges_reach_trl_fields_before_its_own_checks():
+    with pytest.raises(ConfigError, match="flag '--per_device_train_batch_size': must be >= 1, got 0"):
+        parse_config((SFTConfig,), ["--per_device_train_batch_size", "0", "--bf16", "false"])
+    with pytest.raises(ConfigError, match="flag '--learning_rate': must be >= 0"):
+        parse_config((SFTConfig,), ["--learning_rate=-0.1", "--bf16", "false"])
+
+
+def test_argparse_errors_are_config_errors_and_help_shows_bounds(capsys):
+    with pytest.raises(ConfigError, match="required: --dataset"):
+        parse_config((Train, Data), [])
+    with pytest.raises(ConfigError, match="argument --batch_size/--batch-size: invalid int value: 'x'"):
+        parse_config((Sized,), ["--batch_size", "x"])
+    with pytest.raises(SystemExit) as done:
+        parse_config((Sized,), ["--help"])
+    assert done.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "Items per call. [>= 1]" in shown and "Share held out. [in [0, 1]]" in shown
+
+
+def test_where_names_the_origin_of_each_value(tmp_path):
+    cfg = write(tmp_path, "dataset: d.jsonl\n\nlearning_rate: 2e-5\n")
+    train, data = parse_config((Train, Data), ["--config", cfg, "--num_epochs", "2"])
+    assert where(data, "dataset") == f"{cfg}:1: key 'dataset'"
+    assert where(train, "learning_rate") == f"{cfg}:3: key 'learning_rate'"
+    assert where(train, "num_epochs") == "flag '--num_epochs'"
+    assert where(train, "name") == "default 'name'"
+    assert where(Train(), "name") == "default 'name'"  # built in code

@@ -182,10 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"r3forge {name}: error: unknown subcommand '{rest[0]}'", file=sys.stderr)
         return 2
     exit_on_sigterm()
+    shown = name if isinstance(entry, str) else f"{name} {rest[0]}"
     try:
         return run_command(name, rest)
     except (R3ForgeError, FileNotFoundError) as e:
-        print(f"r3forge {name}: error: {e}", file=sys.stderr)
+        print(f"r3forge {shown}: error: {e}", file=sys.stderr)
         return 1
 
 

@@ -3,6 +3,10 @@
 The conventions follow TRL's `TrlParser` (a `--config file.yaml` flag on top of `HfArgumentParser`), made
 strict: an unknown YAML key or CLI flag is an error that names the file:line (or the flag) and the closest
 valid key, and a YAML value that does not convert to the field's type names the file:line and the key.
+Ranges are checked before any config object is built: a field's `metadata={"min": ..., "max": ...}`, or else
+its name's entry in `BOUNDS` (one meaning per name in every command, TRL's fields included); a value out of
+range names the file:line and key, or the flag. `where(config, name)` says where a parsed value came from,
+for checks made later (a model argument that names no model: `r3forge.models.locate`).
 
     @dataclass
     class TrainConfig:
@@ -17,13 +21,17 @@ Any dataclass works, including TRL's (`SFTConfig`, `GRPOConfig`), since the fiel
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import difflib
 import enum
 import inspect
 import json
+import math
 import re
 import sys
+import types
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +40,75 @@ import yaml
 from transformers import HfArgumentParser
 
 from r3forge.errors import ConfigError
+
+_COUNT, _FRACTION, _NON_NEGATIVE = (1, None), (0, 1), (0, None)
+# Bounds by field name, inclusive (None: open), in every config class, ours and TRL's / transformers'. An
+# optional field (`int | None`) left unset (null) is not checked: unset `max_questions` means every question,
+# and a given one is >= 1 in every command. Only values from a YAML file or a flag are checked.
+BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    **dict.fromkeys(
+        ("batch_size", "concurrency", "max_concurrency", "max_questions", "max_items", "max_train_samples",
+         "max_eval_samples", "max_train_questions", "max_docs_per_question", "max_per_score", "top_n",
+         "top_m", "num_candidates", "max_tokens", "max_new_tokens", "rewrite_max_tokens", "answer_max_tokens",
+         "reranker_max_tokens", "task_eval_max_new_tokens", "task_eval_batch_size", "policy_batch_size",
+         "probe_k", "probe_max_steps", "num_seeds", "seed_words", "rounds", "prefix_tokens", "max_facts",
+         "claims_per_kind", "samples", "iterations", "num_retrieve", "num_shown", "max_turns",
+         "max_turn_tokens", "max_obs_tokens", "max_completion_tokens", "token_budget", "passage_max_words",
+         "max_comment_words", "copy_max_run", "num_passages", "num_questions", "passages_per_question",
+         "world_passages", "world_questions", "k", "eval_k", "eval_questions", "default_topk", "max_topk",
+         "max_queries", "max_batch", "max_body_bytes", "max_query_chars", "chunk_size", "max_seq_length",
+         "max_length", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "ef_search", "serve_max_model_len",
+         "tensor_parallel_size", "data_parallel_size", "cpu_kvcache_gib", "per_device_train_batch_size",
+         "per_device_eval_batch_size", "gradient_accumulation_steps", "num_generations",
+         "max_completion_length", "generation_batch_size", "steps_per_generation", "num_iterations", "lora_r",
+         "lora_alpha", "balance_ratio"),
+        _COUNT,
+    ),
+    **dict.fromkeys(
+        ("validation_fraction", "heldout_fraction", "two_hop_fraction", "comparison_fraction",
+         "distractor_rate", "paraphrase_rate", "conflict_rate", "copy_max_fraction", "max_copied",
+         "gpu_memory_utilization", "reranker_gpu_memory_utilization", "vllm_gpu_memory_utilization",
+         "judge_tau", "lexical_threshold", "top_p", "warmup_ratio", "lora_dropout", "b"),
+        _FRACTION,
+    ),
+    **dict.fromkeys(
+        ("temperature", "min_ratio", "max_ratio", "learning_rate", "lr", "weight_decay", "max_grad_norm",
+         "num_train_epochs", "epochs", "warmup_steps", "beta", "epsilon", "alpha", "k1", "delta",
+         "request_timeout_s", "startup_timeout_s", "keep_alive_s", "dataloader_num_workers", "top_logprobs",
+         "max_logprobs", "max_model_len", "task_eval_samples", "min_pass", "doc_max_words", "num_records",
+         "negatives_per_question"),
+        _NON_NEGATIVE,
+    ),
+    "port": (0, 65535),
+}  # fmt: skip
+
+# field metadata read by r3forge, not argparse: bounds here, model arguments in `r3forge.models.locate`
+OWN_METADATA = frozenset({"min", "max", "model", "model_serve"})
+# id(parsed config) -> {field: where its value came from}; an entry goes when its config is collected
+_ORIGINS: dict[int, dict[str, str]] = {}
+
+
+def field_bounds(f: dataclasses.Field) -> tuple[float | None, float | None]:
+    """A field's inclusive (min, max): its metadata's "min" / "max", else its name's `BOUNDS` entry."""
+    low, high = BOUNDS.get(f.name, (None, None))
+    return f.metadata.get("min", low), f.metadata.get("max", high)
+
+
+def bounds_text(low: float | None, high: float | None) -> str:
+    """'>= 1', '<= 5' or 'in [0, 1]'.
+
+    >>> bounds_text(1, None), bounds_text(0, 1)
+    ('>= 1', 'in [0, 1]')
+    """
+    if low is not None and high is not None:
+        return f"in [{low:g}, {high:g}]"
+    return f">= {low:g}" if low is not None else f"<= {high:g}"
+
+
+def where(config: Any, name: str) -> str:
+    """Where field `name` of a config `parse_config` returned got its value: `file.yaml:3: key 'model'`,
+    `flag '--model'`, or `default 'model'` (also for a config built in code)."""
+    return _ORIGINS.get(id(config), {}).get(name, f"default '{name}'")
 
 
 def _closest(key: str, valid: Sequence[str]) -> str:
@@ -130,6 +207,65 @@ def _set_default(parser: argparse.ArgumentParser, dest: str, value: Any) -> None
             a.default = value
 
 
+class _Parser(HfArgumentParser):
+    """argparse's own errors (a required field missing, a flag's value of the wrong type) as `ConfigError`,
+    one line, instead of the usage text and exit code 2; r3forge's own metadata keys kept from argparse."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{message} (see --help)")
+
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+        if OWN_METADATA & set(field.metadata):  # HfArgumentParser hands every other key to add_argument
+            field = copy.copy(field)
+            field.metadata = types.MappingProxyType(
+                {k: v for k, v in field.metadata.items() if k not in OWN_METADATA}
+            )
+        HfArgumentParser._parse_dataclass_field(parser, field)
+
+
+def _check_ranges(
+    fields: dict[str, dataclasses.Field], values: dict[str, Any], origins: dict[str, str]
+) -> None:
+    """Every value set by YAML or a flag within its field's bounds (`field_bounds`); lists item by item."""
+    for name, origin in origins.items():
+        low, high = field_bounds(fields[name])
+        value = values.get(name)
+        if (low is None and high is None) or value is None:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                continue
+            if math.isnan(v) or (low is not None and v < low) or (high is not None and v > high):
+                unset = " or unset (no limit)" if fields[name].default is None else ""
+                raise ConfigError(f"{origin}: must be {bounds_text(low, high)}{unset}, got {v!r}")
+
+
+def _flag_origins(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict[str, str]:
+    """dest -> "flag '--x'" for every flag given in `argv` (the last one of a dest wins, as in argparse)."""
+    by_flag = {s: a.dest for a in parser._actions for s in a.option_strings}
+    origins = {}
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag in by_flag and by_flag[flag] not in ("help", "config"):
+            origins[by_flag[flag]] = f"flag '{flag}'"
+    return origins
+
+
+def _remember(config: Any, origins: dict[str, str]) -> None:
+    names = {f.name for f in dataclasses.fields(config)}
+    _ORIGINS[id(config)] = {k: v for k, v in origins.items() if k in names}
+    weakref.finalize(config, _ORIGINS.pop, id(config), None)
+
+
+def _add_bounds_to_help(parser: argparse.ArgumentParser, fields: dict[str, dataclasses.Field]) -> None:
+    """`--help` shows each bounded field's range."""
+    for action in parser._actions:
+        f = fields.get(action.dest)
+        if f is not None and action.help and field_bounds(f) != (None, None):
+            action.help += f" [{bounds_text(*field_bounds(f))}]"
+
+
 def parse_config(
     dataclass_types: Sequence[type],
     argv: Sequence[str] | None = None,
@@ -143,9 +279,12 @@ def parse_config(
     unknown flags raise `ConfigError`.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser(tuple(dataclass_types), prog=prog, allow_abbrev=False)
+    parser = _Parser(tuple(dataclass_types), prog=prog, allow_abbrev=False)
     parser.add_argument("--config", type=str, default=None, help="YAML file with defaults for any field.")
     actions = _dest_actions(parser)
+    fields = {f.name: f for t in dataclass_types for f in dataclasses.fields(t) if f.init}
+    _add_bounds_to_help(parser, fields)
+    origins: dict[str, str] = {}
     listable = _list_fields(dataclass_types)
     for key, value in (defaults or {}).items():
         if key not in actions:
@@ -155,29 +294,35 @@ def parse_config(
     if config_path is not None:
         data, lines = load_yaml_with_lines(config_path)
         for key, value in data.items():
-            where = f"{config_path}:{lines.get(key, 1)}: key '{key}'"
+            origin = f"{config_path}:{lines.get(key, 1)}: key '{key}'"
             if key not in actions:
                 raise ConfigError(
                     f"{config_path}:{lines.get(key, 1)}: unknown key '{key}'{_closest(key, actions)}"
                 )
             action = actions[key]
-            _set_default(parser, key, _convert(action, value, where, key in listable))
+            _set_default(parser, key, _convert(action, value, origin, key in listable))
             action.required = False
+            origins[key] = origin
     flags = {s for a in parser._actions for s in a.option_strings}
     for token in argv:
         flag = token.split("=", 1)[0]
         if flag.startswith("--") and flag not in flags:
             raise ConfigError(f"unknown flag '{flag}'{_closest(flag, sorted(flags))}")
-    try:
-        outputs = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    namespace, remaining = parser.parse_known_args(args=argv)
+    if remaining:
+        raise ConfigError(f"unrecognized arguments: {' '.join(remaining)}")
+    origins |= _flag_origins(parser, argv)
+    values = vars(namespace)
+    _check_ranges(fields, values, origins)
+    configs = []
+    try:  # as HfArgumentParser.parse_args_into_dataclasses, once the ranges are checked
+        for t in dataclass_types:
+            config = t(**{f.name: values[f.name] for f in dataclasses.fields(t) if f.init})
+            _remember(config, origins)
+            configs.append(config)
     except ValueError as e:  # a config class's own validation (__post_init__), e.g. TrainingArguments'
         hint = " (on a machine without a GPU set bf16: false)" if "bf16" in str(e) else ""
         raise ConfigError(f"{config_path or 'command-line flags'}: invalid settings: {e}{hint}") from e
-    *configs, remaining = outputs
-    # HfArgumentParser appends a Namespace with the non-dataclass arguments (here only --config)
-    configs = [c for c in configs if not isinstance(c, argparse.Namespace)]
-    if remaining:
-        raise ConfigError(f"unrecognized arguments: {' '.join(remaining)}")
     return tuple(configs)
 
 
@@ -215,10 +360,15 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 
 def save_config(configs: Sequence[Any], path: str | Path) -> Path:
-    """Write the resolved config(s) as one YAML mapping that `--config` can read back."""
+    """Write the resolved config(s) as one YAML mapping that `--config` can read back.
+
+    `overwrite` is saved as false: a rerun from the saved file resumes its run instead of moving it aside.
+    """
     merged: dict[str, Any] = {}
     for c in configs:
         merged.update(config_to_dict(c))
+    if merged.get("overwrite"):
+        merged["overwrite"] = False
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(merged, sort_keys=False, allow_unicode=True), encoding="utf-8")

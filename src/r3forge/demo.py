@@ -31,7 +31,7 @@ from r3forge.config import parse_config, save_config
 from r3forge.data.synth_world import SynthWorldConfig, generate_world
 from r3forge.data.world_files import write_world
 from r3forge.metrics import cover_batch, exact_match_batch, f1_batch, nte
-from r3forge.models import prepare_model, resolve_model
+from r3forge.models import check_models, prepare_model, resolve_model
 
 CONDITIONS = ("closed_book", "all_passages", "gold_only")
 INSTRUCTION = "Read the documents and answer the question."
@@ -43,7 +43,8 @@ ANSWER_CUE = "Answer:"
 @dataclass
 class DemoConfig:
     model: str = field(
-        default="smollm2-135m-instruct", metadata={"help": "Generator: embedded short name, path or Hub id."}
+        default="smollm2-135m-instruct",
+        metadata={"help": "Generator: embedded short name, path or Hub id.", "model": ()},
     )
     seed: int = field(default=0, metadata={"help": "Synthetic world seed."})
     world_passages: int = field(default=2000, metadata={"help": "Approximate synthetic corpus size."})
@@ -187,6 +188,7 @@ def render_report(config: DemoConfig, questions, rows: dict[str, dict], timings:
 
 def cli(argv: list[str]) -> int:
     (config,) = parse_config((DemoConfig,), argv, prog="r3forge demo")
+    check_models(config)
     main(config)
     return 0
 

@@ -13,7 +13,7 @@ import pytest
 from r3forge.backends.open import LLMConfig
 from r3forge.cli import main, run_command
 from r3forge.errors import ConfigError
-from r3forge.synth.store import SynthError
+from r3forge.runfolder import RunFolderError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,8 +80,9 @@ def test_slurm_launcher_assembles_a_valid_shard_command() -> None:
 def test_a_second_checkpoint_named_final_is_not_served_the_first_ones_records(
     two_checkpoints, tmp_path
 ) -> None:
-    """Annotating with `b/final` into the folder `a/final` filled is refused, naming both identities (the
-    records were keyed `final` for both, and the second run returned the first's as cached)."""
+    """Annotating with `b/final` into the folder `a/final` filled is refused before the model loads (the
+    folder's owner.json), naming both identities (the records were once keyed `final` for both, and the
+    second run returned the first's as cached)."""
     from r3forge.data.synth_world import SynthWorldConfig, generate_world
 
     world = generate_world(SynthWorldConfig(seed=0, num_passages=60, num_questions=4, output_dir="unused"))
@@ -94,7 +95,7 @@ def test_a_second_checkpoint_named_final_is_not_served_the_first_ones_records(
     assert run_command("annotate", [*base, "--model", str(a)]) == 0
     first = json.loads((out / "manifest.json").read_text())["model"]
     assert first.startswith("final@")
-    with pytest.raises(SynthError, match=rf"model: '{first}' there vs 'final@[0-9a-f]{{12}}'"):
+    with pytest.raises(RunFolderError, match=rf"model: '{first}' there vs 'final@[0-9a-f]{{12}}' here"):
         run_command("annotate", [*base, "--model", str(b)])
     assert run_command("annotate", [*base, "--model", str(b), "--output_dir", str(tmp_path / "out_b")]) == 0
     second = json.loads((tmp_path / "out_b" / "manifest.json").read_text())["model"]

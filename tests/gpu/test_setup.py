@@ -35,7 +35,7 @@ def test_world_feeds_the_benchmarks_and_the_command_lines_parse(
     gpu_world, repo_module, sft_command, grpo_command
 ):
     # lazy: TRL is slow to import, and `pytest -m gpu tests/gpu` collects this module too
-    from r3forge.agent.grpo import parse
+    from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS
     from r3forge.sft.config import SFT_CONFIGS
 
     rows = [json.loads(line) for line in gpu_world["warmstart"].read_text(encoding="utf-8").splitlines()]
@@ -51,7 +51,10 @@ def test_world_feeds_the_benchmarks_and_the_command_lines_parse(
         Path(script.dataset) == gpu_world["warmstart"] and model.model_name_or_path == "smollm2-135m-instruct"
     )
     assert (sft.max_steps, sft.per_device_train_batch_size, sft.logging_steps) == (16, 8, 1)
-    _, search, env, _, model, grpo = parse(grpo_command[1:] + CPU, "gpu check")
+    # parsed as `r3forge grpo` does, less `check_models`: the policy it names is the SFT command's output
+    _, search, env, _, model, grpo = parse_config(
+        GRPO_CONFIGS, grpo_command[1:] + CPU, defaults=PAPER_DEFAULTS
+    )
     assert (grpo.use_vllm, grpo.vllm_mode, grpo.vllm_gpu_memory_utilization) == (True, "colocate", 0.3)
     assert grpo.vllm_enable_sleep_mode  # as configs/grpo/agent_qwen2.5-3b.yaml: the rollouts must wake it
     assert (grpo.max_steps, grpo.num_generations, grpo.per_device_train_batch_size) == (2, 4, 8)

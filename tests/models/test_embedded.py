@@ -13,7 +13,7 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
-from r3forge.errors import ModelPrepareError
+from r3forge.errors import ConfigError, ModelPrepareError
 from r3forge.models import EMBEDDED_MODELS, prepare_model, resolve_model, verify_folder
 from r3forge.models.cli import ChatConfig, chat
 from r3forge.models.embedded import MANIFEST, SMOLLM2, _locate_source
@@ -95,8 +95,11 @@ def test_encoder_loads_offline_and_embeds(minilm_path: Path):
 
 def test_resolve_and_unknown_names(smollm2_path: Path):
     assert resolve_model("smollm2-135m-instruct") == str(smollm2_path)
-    assert resolve_model("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"
-    assert resolve_model("/some/local/path") == "/some/local/path"
+    assert resolve_model(str(smollm2_path)) == str(smollm2_path)  # a local folder, as given
+    with pytest.raises(
+        ConfigError, match="model '/some/local/path' not found: no local folder /some/local/path"
+    ):
+        resolve_model("/some/local/path")  # Hub ids: tests/models/test_locate.py
     with pytest.raises(ModelPrepareError, match="unknown embedded model 'nope'"):
         prepare_model("nope")
     assert set(EMBEDDED_MODELS) == {"smollm2-135m-instruct", "all-minilm-l6-v2"}

@@ -38,7 +38,7 @@ def test_e5_index_builds_and_serves(e5_index, paper_corpus, retriever_url, hotpo
     for key in ("query_prefix", "passage_prefix", "max_seq_length", "batch_size", "index_type"):
         assert params[key] == written[key], key
     assert params["encoder"] == "all-minilm-l6-v2" and params["device"] == "cpu" and params["dim"] == 384
-    assert sorted(p.name for p in index.iterdir()) == ["dense", "index.json", "passages"]
+    assert sorted(p.name for p in index.iterdir()) == ["dense", "index.json", "owner.json", "passages"]
 
     # the served index finds a HotpotQA question's own paragraphs (own ids: <question id>-<i>)
     questions = load_qa(str(hotpot["retrieved"]))

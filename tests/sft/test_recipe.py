@@ -18,7 +18,7 @@ from r3forge.annotate.export import sft_row
 from r3forge.annotate.verbal import load_template, parse_annotation, score_token_index, token_decoder
 from r3forge.backends.base import Choice
 from r3forge.config import parse_config
-from r3forge.errors import ConfigError
+from r3forge.errors import ConfigError, DataFormatError
 from r3forge.recipes.sft import main
 from r3forge.release.export import export_run
 from r3forge.sft.config import SFT_CONFIGS
@@ -173,11 +173,13 @@ def test_bad_inputs(data: Path, tmp_path: Path) -> None:
         main(*configs(data, tmp_path / "a", "--eval_split", "dev"))
     with pytest.raises(ConfigError, match=r"eval_split 'train' of dataset .* is the training split"):
         main(*configs(data, tmp_path / "t", "--eval_split", "train"))  # e.g. --eval_dataset '' over a YAML's
-    with pytest.raises(ConfigError, match="neither a DatasetDict folder"):
+    with pytest.raises(ConfigError, match="missing: no such file or folder"):
         main(*configs(tmp_path / "missing", tmp_path / "b"))
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"text": "x"}) + "\n")
-    with pytest.raises(ConfigError, match=r"missing column\(s\) \['completion', 'prompt'\]"):
+    with pytest.raises(
+        DataFormatError, match=r"bare.jsonl:1: missing column\(s\) \['prompt', 'completion'\]"
+    ):
         main(*configs(bare, tmp_path / "c"))
 
 

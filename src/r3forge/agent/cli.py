@@ -12,10 +12,13 @@ from r3forge.agent.warmstart import WarmstartArgs, write_warmstart
 from r3forge.backends.open import LLMConfig
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
+from r3forge.models import check_models
+from r3forge.runfolder import claim, settings
 
 
 def filter_closed_book(argv: list[str]) -> int:
     config, generator = parse_config((FilterConfig, LLMConfig), argv, prog="r3forge data filter-closed-book")
+    check_models(config, generator)
     filter_questions(config, generator)
     return 0
 
@@ -23,18 +26,26 @@ def filter_closed_book(argv: list[str]) -> int:
 def warmstart(argv: list[str]) -> int:
     args, search, env = parse_config((WarmstartArgs, SearchConfig, EnvConfig), argv,
                                      prog="r3forge data agent-warmstart")  # fmt: skip
+    check_models(args, search, env)
     write_warmstart(args, search, env)
     return 0
 
 
 def eval_agent(argv: list[str]) -> int:
     configs = parse_config(evaluate.EVAL_AGENT_CONFIGS, argv, prog="r3forge eval agent")
+    check_models(*configs)
     if configs[0].temperature < 0:
         raise ConfigError("temperature must be >= 0")
+    claim(configs[0].output_dir, "eval agent", settings(configs), configs[0].overwrite,
+          legacy=("config.yaml", "rows.jsonl"))  # fmt: skip
     evaluate.main(*configs)
     return 0
 
 
 def tts_main(argv: list[str]) -> int:
-    tts.main(*parse_config(tts.TTS_CONFIGS, argv, prog="r3forge eval tts"))
+    configs = parse_config(tts.TTS_CONFIGS, argv, prog="r3forge eval tts")
+    check_models(*configs)
+    claim(configs[0].output_dir, "eval tts", settings(configs), configs[0].overwrite,
+          legacy=("config.yaml", "rows.jsonl"))  # fmt: skip
+    tts.main(*configs)
     return 0

@@ -128,7 +128,9 @@ class FilterConfig:
     max_tokens: int = field(default=24, metadata={"help": "Max new tokens of a closed-book answer."})
     batch_size: int = field(default=32, metadata={"help": "Questions per backend call."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
-    max_questions: int | None = field(default=None, metadata={"help": "Filter only the first N questions."})
+    max_questions: int | None = field(
+        default=None, metadata={"help": "Filter only the first N questions (unset: all)."}
+    )
     mode: Literal["drop", "mark"] = field(
         default="drop", metadata={"help": "drop: leave answered questions out; mark: keep all, flag them."}
     )
@@ -138,7 +140,11 @@ def filter_closed_book(config: FilterConfig, generator: LLMConfig) -> dict[str, 
     """Sample closed-book answers from the base generator (`generator` fields: backend, model, ...) and write
     the questions it never answers (plus every yes/no question); returns the counts."""
     ds = load_qa(config.qa_path, format=config.qa_format)
-    records = list(ds.select(range(min(config.max_questions, len(ds))))) if config.max_questions else list(ds)
+    records = (
+        list(ds.select(range(min(config.max_questions, len(ds)))))
+        if config.max_questions is not None
+        else list(ds)
+    )
     kept, dropped, exempt = [], 0, 0
     with open_llm(generator) as model:
         for start in range(0, len(records), config.batch_size):

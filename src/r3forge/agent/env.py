@@ -78,7 +78,9 @@ class SearchConfig:
     reranker_model: str = field(
         default="smollm2-135m-instruct",
         metadata={
-            "help": "The verbal reranker: an exported student folder, a Hub id or (openai) the served name."
+            "help": "The verbal reranker: an exported student folder, a Hub id or (openai) the served name.",
+            "model": ("reranker_backend",),
+            "model_serve": "reranker_serve",
         },
     )
     reranker_base_url: str = field(
@@ -93,7 +95,8 @@ class SearchConfig:
     reranker_tokenizer: str = field(
         default="",
         metadata={"help": "openai reranker: tokenizer to locate the score token (its logprob breaks score ties); "
-                  "empty: reranker_model's with reranker_serve, else none (ties by retriever order)."},
+                  "empty: reranker_model's with reranker_serve, else none (ties by retriever order).",
+                  "model": ()},
     )  # fmt: skip
     reranker_max_tokens: int = field(default=128, metadata={"help": "Max new tokens of comment + score."})
     reranker_rank_by: str = field(

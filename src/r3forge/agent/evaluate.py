@@ -39,14 +39,19 @@ class EvalAgentConfig:
     output_dir: str = field(metadata={"help": "Run folder: rows.jsonl, summary.json, config.yaml."})
     model: str = field(
         default="smollm2-135m-instruct",
-        metadata={"help": "The generator: a checkpoint folder (GRPO final/), an embedded name or Hub id."},
+        metadata={
+            "help": "The generator: a checkpoint folder (GRPO final/), an embedded name or Hub id.",
+            "model": (),
+        },
     )
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
     split: Literal["heldout", "train", "all"] = field(
         default="heldout", metadata={"help": "Which hashed split of `dataset` to score."}
     )
     heldout_fraction: float = field(default=0.2, metadata={"help": "The training run's heldout_fraction."})
-    max_questions: int | None = field(default=None, metadata={"help": "Score only the first N questions."})
+    max_questions: int | None = field(
+        default=None, metadata={"help": "Score only the first N questions (unset: all)."}
+    )
     example: bool = field(
         default=False, metadata={"help": "Prompts with the worked example (as in training)."}
     )
@@ -62,6 +67,10 @@ class EvalAgentConfig:
     )
     max_completion_tokens: int = field(default=4096, metadata={"help": "Token budget of one whole rollout."})
     seed: int = field(default=0, metadata={"help": "Sampling seed (temperature > 0)."})
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Move a folder of another run (or of this one) aside to <folder>.replaced-<time>."},
+    )
 
 
 def open_policy(stack: ExitStack, config: EvalAgentConfig) -> tuple[Policy, Any]:

@@ -23,6 +23,7 @@ from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, 
 from r3forge.config import parse_config
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
+from r3forge.models import check_models
 
 
 def rollout_row(r: Rollout, tokenizer: Any, step: int) -> dict[str, Any]:
@@ -147,8 +148,11 @@ def check_trl() -> None:
 
 
 def parse(argv: list[str], prog: str) -> tuple[Any, ...]:
-    """The recipe's configs from `--config` and flags, over the paper's GRPO settings (`PAPER_DEFAULTS`)."""
-    return parse_config(GRPO_CONFIGS, argv, prog=prog, defaults=PAPER_DEFAULTS)
+    """The recipe's configs from `--config` and flags, over the paper's GRPO settings (`PAPER_DEFAULTS`),
+    with every model argument located (`check_models`)."""
+    configs = parse_config(GRPO_CONFIGS, argv, prog=prog, defaults=PAPER_DEFAULTS)
+    check_models(*configs)
+    return configs
 
 
 if __name__ == "__main__":  # `accelerate launch -m r3forge.agent.grpo`: the recipe, recipes/grpo.py

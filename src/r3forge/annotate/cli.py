@@ -10,6 +10,10 @@ from r3forge.annotate.export import ExportSFTConfig, export_sft
 from r3forge.annotate.report import annotation_report, format_report
 from r3forge.annotate.rules import RulesConfig, rules_main
 from r3forge.config import parse_config
+from r3forge.models import check_models
+from r3forge.runfolder import claim, record_owner, settings
+
+DATASET = ("dataset_dict.json",)  # what an SFT export folder made before owner records holds
 
 
 @dataclass
@@ -18,17 +22,26 @@ class ReportArgs:
 
 
 def verbal(argv: list[str]) -> int:
-    jobs.verbal_main(*parse_config(jobs.VERBAL_CONFIGS, argv, prog="r3forge annotate verbal"))
+    configs = parse_config(jobs.VERBAL_CONFIGS, argv, prog="r3forge annotate verbal")
+    check_models(*configs)
+    jobs.own_folder("annotate verbal", configs)
+    jobs.verbal_main(*configs)
     return 0
 
 
 def judge(argv: list[str]) -> int:
-    jobs.judge_main(*parse_config(jobs.JUDGE_CONFIGS, argv, prog="r3forge annotate judge"))
+    configs = parse_config(jobs.JUDGE_CONFIGS, argv, prog="r3forge annotate judge")
+    check_models(*configs)
+    jobs.own_folder("annotate judge", configs)
+    jobs.judge_main(*configs)
     return 0
 
 
 def paraphrase(argv: list[str]) -> int:
-    jobs.paraphrase_main(*parse_config(jobs.PARAPHRASE_CONFIGS, argv, prog="r3forge annotate paraphrase"))
+    configs = parse_config(jobs.PARAPHRASE_CONFIGS, argv, prog="r3forge annotate paraphrase")
+    check_models(*configs)
+    jobs.own_folder("annotate paraphrase", configs)
+    jobs.paraphrase_main(*configs)
     return 0
 
 
@@ -40,11 +53,17 @@ def report(argv: list[str]) -> int:
 
 def rules(argv: list[str]) -> int:
     (cfg,) = parse_config((RulesConfig,), argv, prog="r3forge annotate rules")
+    wanted = settings([cfg])
+    claim(cfg.output_dir, "annotate rules", wanted, cfg.overwrite, legacy=DATASET, write=False)
     print(json.dumps(rules_main(cfg)))
+    record_owner(cfg.output_dir, "annotate rules", wanted)
     return 0
 
 
 def export_sft_main(argv: list[str]) -> int:
     (cfg,) = parse_config((ExportSFTConfig,), argv, prog="r3forge annotate export-sft")
+    wanted = settings([cfg])
+    claim(cfg.output_dir, "annotate export-sft", wanted, cfg.overwrite, legacy=DATASET, write=False)
     export_sft(cfg)
+    record_owner(cfg.output_dir, "annotate export-sft", wanted)
     return 0

@@ -61,7 +61,9 @@ class ExportSFTConfig:
         default=False,
         metadata={"help": "Variant, not the paper's format: completions 'Score: s' then 'Comment: ...'."},
     )
-    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Move an existing output folder aside to <folder>.replaced-<time>."}
+    )
 
 
 def chat_prompt(user: str, system_prompt: str = "") -> list[dict[str, str]]:

@@ -25,9 +25,10 @@ from r3forge.annotate.report import annotation_report, fault_figures, format_rep
 from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
 from r3forge.backends.open import LLMConfig, llm_identity, load_tokenizer, open_llm
 from r3forge.data.loaders import load_qa
+from r3forge.runfolder import check, claim, settings
 from r3forge.synth.engine import EngineConfig, RunSummary, run_step
 from r3forge.synth.export import HubConfig, push_from_config
-from r3forge.synth.store import ShardSpec
+from r3forge.synth.store import MANIFEST, ShardSpec
 
 
 @dataclass
@@ -45,7 +46,9 @@ class PairsConfig:
         default="", metadata={"help": "retrieval: a running `r3forge serve retriever` instead of `index`."}
     )
     top_n: int = field(default=10, metadata={"help": "retrieval: documents per question (the paper: 50)."})
-    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
+    max_questions: int | None = field(
+        default=None, metadata={"help": "Use only the first N questions (unset: all)."}
+    )
     max_docs_per_question: int | None = field(
         default=None, metadata={"help": "own: use only each question's first N passages."}
     )
@@ -64,6 +67,10 @@ class RunConfig:
         default=True, metadata={"help": "Skip cached items; false: refuse a non-empty folder."}
     )
     progress: bool = field(default=True, metadata={"help": "Live progress bar (stderr)."})
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Move a folder of another run (or of this one) aside to <folder>.replaced-<time>."},
+    )
 
 
 @dataclass
@@ -122,6 +129,22 @@ class ParaphraseConfig:
 VERBAL_CONFIGS = (PairsConfig, VerbalAnnotateConfig, LLMConfig, RunConfig, HubConfig)
 JUDGE_CONFIGS = (JudgeConfig, LLMConfig, RunConfig, HubConfig)
 PARAPHRASE_CONFIGS = (PairsConfig, ParaphraseConfig, LLMConfig, RunConfig, HubConfig)
+
+
+# how many items a job takes: its records are per item, so a rerun may take more (the cache grows in place)
+ITEM_SCOPE = ("max_questions", "max_docs_per_question", "max_items")
+
+
+def own_folder(kind: str, configs: Sequence[Any], scope: Sequence[str] = ITEM_SCOPE) -> None:
+    """Claim the job's output folder for `kind` and its settings (`r3forge.runfolder`) before anything
+    loads: a folder of another job or of other settings is refused unless `--overwrite true`. A dry run only
+    checks."""
+    run = next(c for c in configs if isinstance(c, RunConfig))
+    wanted = settings(configs, drop=scope)
+    if not run.dry_run:
+        claim(run.output_dir, kind, wanted, run.overwrite, legacy=(MANIFEST,))
+    elif not run.overwrite:
+        check(run.output_dir, kind, wanted, legacy=(MANIFEST,))
 
 
 def load_pairs(config: PairsConfig) -> list[dict]:

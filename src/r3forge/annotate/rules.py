@@ -50,7 +50,9 @@ class RulesConfig:
         metadata={"help": "Folder for the SFT DatasetDict (save_to_disk) and <split>.jsonl."}
     )
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
-    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
+    max_questions: int | None = field(
+        default=None, metadata={"help": "Use only the first N questions (unset: all)."}
+    )
     validation_fraction: float = field(default=0.1, metadata={"help": "Share of questions held out."})
     seed: int = field(default=0, metadata={"help": "Seed of the question split and of the rebalancing."})
     max_per_score: int | None = field(
@@ -61,7 +63,9 @@ class RulesConfig:
         default=False,
         metadata={"help": "Variant, not the paper's format: completions 'Score: s' then 'Comment: ...'."},
     )
-    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Move an existing output folder aside to <folder>.replaced-<time>."}
+    )
 
 
 def sentences(text: str) -> list[str]:

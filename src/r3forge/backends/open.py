@@ -39,7 +39,9 @@ class LLMConfig:
         default="smollm2-135m-instruct",
         metadata={
             "help": "The LLM (annotate: the teacher; eval rag: the generator): embedded name, folder or Hub id "
-            "(openai: the served name)."
+            "(openai: the served name).",
+            "model": ("backend",),
+            "model_serve": "serve",
         },
     )
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "openai backend: API root."})
@@ -48,7 +50,10 @@ class LLMConfig:
     )
     tokenizer: str = field(
         default="",
-        metadata={"help": "openai backend: tokenizer to read token ids (score token, prefill); empty: none."},
+        metadata={
+            "help": "openai backend: tokenizer to read token ids (score token, prefill); empty: none.",
+            "model": (),
+        },
     )
     device: str = field(default="cpu", metadata={"help": "hf backend: torch device."})
     request_timeout_s: float = field(default=300.0, metadata={"help": "openai backend: timeout of one call."})

@@ -26,7 +26,7 @@ from r3forge.backends.base import (
     with_n_choices,
 )
 from r3forge.backends.vllm_server import CPU_STEP_TOKENS
-from r3forge.models import resolve_model
+from r3forge.models import resolve_vllm_model
 
 try:  # optional dependency: without it this module still imports (docs, doctest collection)
     from vllm import LLM, SamplingParams
@@ -93,7 +93,7 @@ class VLLMEngineBackend:
         else:
             device_kwargs = {"gpu_memory_utilization": cfg.gpu_memory_utilization}
         self.llm = LLM(
-            model=resolve_model(cfg.model),
+            model=resolve_vllm_model(cfg.model),
             dtype=dtype,
             max_model_len=cfg.max_model_len,
             max_logprobs=cfg.max_logprobs,

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from r3forge.config import parse_config
 from r3forge.errors import R3ForgeError
-from r3forge.models import EMBEDDED_MODELS, resolve_model
+from r3forge.models import EMBEDDED_MODELS, check_models, resolve_vllm_model
 
 
 class ServerStartError(R3ForgeError, RuntimeError):
@@ -53,7 +53,10 @@ class ServerStartError(R3ForgeError, RuntimeError):
 class ServeLLMConfig:
     model: str = field(
         default="smollm2-135m-instruct",
-        metadata={"help": "Embedded short name, local folder or Hub repo id (e.g. openai/gpt-oss-120b)."},
+        metadata={
+            "help": "Embedded short name, local folder or Hub repo id (e.g. openai/gpt-oss-120b).",
+            "model": (),
+        },
     )
     served_model_name: str = field(
         default="", metadata={"help": "Name clients send as `model`; empty: the --model value as given."}
@@ -192,7 +195,7 @@ class VLLMServer:
         return f"{self.url}/v1"
 
     def start(self) -> VLLMServer:
-        cmd, env = build_command(self.config, resolve_model(self.config.model), self.port)
+        cmd, env = build_command(self.config, resolve_vllm_model(self.config.model), self.port)
         cmd += self.extra_args
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w", encoding="utf-8") as log:
@@ -273,8 +276,9 @@ def serve_main(argv: Sequence[str]) -> int:
     extra = rest[rest.index("--") + 1 :] if "--" in rest else []
     rest = rest[: rest.index("--")] if "--" in rest else rest
     (config,) = parse_config((ServeLLMConfig,), rest, prog="r3forge serve llm")
+    check_models(config)
     port = config.port or free_port(config.host)
-    cmd, env = build_command(config, resolve_model(config.model), port)
+    cmd, env = build_command(config, resolve_vllm_model(config.model), port)
     cmd += extra
     shown = " ".join(f"{k}={v}" for k, v in env.items())
     print(f"{shown} {shlex.join(cmd)}".strip(), flush=True)

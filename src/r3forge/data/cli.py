@@ -12,6 +12,15 @@ from r3forge.config import parse_config
 from r3forge.data import synth_world, world_files
 from r3forge.data.loaders import load_corpus, load_qa, summarize
 from r3forge.errors import ConfigError
+from r3forge.runfolder import claim, record_owner, settings
+
+
+@dataclass
+class WorldOutputArgs:
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Move a folder of another world (or run) aside to <folder>.replaced-<time>."},
+    )
 
 
 @dataclass
@@ -75,8 +84,13 @@ def pool(config: PoolConfig) -> dict:
 
 
 def synth_world_main(argv: list[str]) -> int:
-    (cfg,) = parse_config((synth_world.SynthWorldConfig,), argv, prog="r3forge data synth-world")
+    classes = (synth_world.SynthWorldConfig, WorldOutputArgs)
+    cfg, out = parse_config(classes, argv, prog="r3forge data synth-world")
+    wanted = settings([cfg])  # the same settings make the same bytes: a rerun replaces the folder by its copy
+    world = (world_files.FILES["world"],)
+    claim(cfg.output_dir, "data synth-world", wanted, out.overwrite, legacy=world, write=False)
     world_files.main(cfg)
+    record_owner(cfg.output_dir, "data synth-world", wanted)
     return 0
 
 

@@ -11,12 +11,21 @@ from r3forge.evalrag import pipeline
 from r3forge.evalrag.plots import write_report
 from r3forge.evalrag.report import load_eval_rows
 from r3forge.evalrag.tuning import write_tuned
+from r3forge.models import check_models
+from r3forge.runfolder import claim, settings
+
+# the extent of the sweep: every probe, score and answer is cached, so a rerun may grow it in place (the
+# outputs are rewritten from the caches); every other setting decides what the cached results mean
+SWEEP = ("max_questions", "methods", "top_m", "thresholds")
 
 
 @dataclass
 class ReportArgs:
     runs: list[str] = field(metadata={"help": "`eval rag` run folders whose rows.jsonl go into one report."})
     output_dir: str = field(metadata={"help": "Where summary.json, table.md and the PNG plots are written."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Move a folder of another run aside to <folder>.replaced-<time>."}
+    )
 
 
 def report_main(args: ReportArgs) -> dict:
@@ -36,11 +45,17 @@ def report_main(args: ReportArgs) -> dict:
 
 
 def rag(argv: list[str]) -> int:
-    pipeline.eval_main(*parse_config(pipeline.EVAL_CONFIGS, argv, prog="r3forge eval rag"))
+    configs = parse_config(pipeline.EVAL_CONFIGS, argv, prog="r3forge eval rag")
+    check_models(*configs)
+    config = configs[0]
+    claim(config.output_dir, "eval rag", settings(configs, drop=SWEEP), config.overwrite,
+          legacy=("config.yaml", "rows.jsonl"))  # fmt: skip
+    pipeline.eval_main(*configs)
     return 0
 
 
 def report(argv: list[str]) -> int:
     (args,) = parse_config((ReportArgs,), argv, prog="r3forge eval report")
+    claim(args.output_dir, "eval report", settings([args]), args.overwrite)
     report_main(args)
     return 0

@@ -26,7 +26,9 @@ class EvalRagConfig:
         default="", metadata={"help": "Dataset label in rows and tables; empty: the file stem."}
     )
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
-    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
+    max_questions: int | None = field(
+        default=None, metadata={"help": "Use only the first N questions (unset: all)."}
+    )
     candidates: Literal["own", "index", "retriever_url"] = field(
         default="own",
         metadata={
@@ -84,6 +86,10 @@ class EvalRagConfig:
     )
     batch_size: int = field(default=16, metadata={"help": "Requests per backend call (answers and probes)."})
     progress: bool = field(default=True, metadata={"help": "Progress bars on every loop (stderr)."})
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Move a folder of another run (or of this one) aside to <folder>.replaced-<time>."},
+    )
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -108,23 +114,32 @@ class EvalRagConfig:
 class RerankModelsConfig:
     biencoder_model: str = field(
         default="all-minilm-l6-v2",
-        metadata={"help": "biencoder: a sentence-transformers model (name or path)."},
+        metadata={"help": "biencoder: a sentence-transformers model (name or path).", "model": ()},
     )
     cross_encoder_model: str = field(
-        default="", metadata={"help": "cross_encoder: a CrossEncoder checkpoint folder or Hub id."}
+        default="",
+        metadata={"help": "cross_encoder: a CrossEncoder checkpoint folder or Hub id.", "model": ()},
     )
     qlm_model: str = field(
         default="",
-        metadata={"help": "qlm: transformers weights of the generator; empty: the generator's `model`."},
+        metadata={
+            "help": "qlm: transformers weights of the generator; empty: the generator's `model`.",
+            "model": (),
+        },
     )
     reranker_model: str = field(
         default="",
         metadata={
-            "help": "verbal: the reranker LLM (e.g. an exported student); empty: the generator's `model`."
+            "help": "verbal: the reranker LLM (e.g. an exported student); empty: the generator's `model`.",
+            "model": ("reranker_backend", "backend"),
         },
     )
     yesno_model: str = field(
-        default="", metadata={"help": "yesno: the LLM asked for P(Yes); empty: the generator's `model`."}
+        default="",
+        metadata={
+            "help": "yesno: the LLM asked for P(Yes); empty: the generator's `model`.",
+            "model": ("reranker_backend", "backend"),
+        },
     )
     reranker_backend: str = field(
         default="", metadata={"help": "verbal / yesno: its backend; empty: the generator's."}

@@ -55,7 +55,7 @@ def load_questions(config: EvalRagConfig) -> list[dict]:
     """Questions with their N candidates: {"id", "question", "answers", "candidates": [Candidate]}."""
     # QA files, or a saved canonical Dataset (the synthetic world's hf/questions)
     records = load_qa(config.qa_path, config.qa_format)
-    limit = min(config.max_questions or len(records), len(records))
+    limit = len(records) if config.max_questions is None else min(config.max_questions, len(records))
     records = records.select(range(limit))
     if config.candidates == "own":
         items = qa_items(records, max_docs=config.num_candidates)

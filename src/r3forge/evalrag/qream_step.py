@@ -44,7 +44,11 @@ class QreamStepConfig:
         metadata={"help": "icl: an `annotate qream` or `r3forge rewrite` folder whose seeds/ are the demos."},
     )
     rewriter_model: str = field(
-        default="", metadata={"help": "The rewriter (ft: the QREAM-FT checkpoint); empty: the generator."}
+        default="",
+        metadata={
+            "help": "The rewriter (ft: the QREAM-FT checkpoint); empty: the generator.",
+            "model": ("rewriter_backend", "backend"),
+        },
     )
     rewriter_backend: str = field(default="", metadata={"help": "Rewriter backend; empty: the generator's."})
     rewriter_base_url: str = field(

@@ -9,7 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.config import parse_config
-from r3forge.models.embedded import EMBEDDED_MODELS, models_root, prepare_model, resolve_model, verify_folder
+from r3forge.models.embedded import EMBEDDED_MODELS, models_root, prepare_model, verify_folder
+from r3forge.models.locate import check_models, resolve_model
 
 
 @dataclass
@@ -30,7 +31,7 @@ class ChatConfig:
     prompt: str = field(metadata={"help": "The user message."})
     model: str = field(
         default="smollm2-135m-instruct",
-        metadata={"help": "Embedded short name, local folder or Hub repo id."},
+        metadata={"help": "Embedded short name, local folder or Hub repo id.", "model": ()},
     )
     system: str | None = field(default=None, metadata={"help": "Optional system message."})
     max_new_tokens: int = field(default=20, metadata={"help": "Number of tokens to generate (greedy)."})
@@ -82,5 +83,6 @@ def list_models(argv: list[str]) -> int:
 
 def chat_main(argv: list[str]) -> int:
     (cfg,) = parse_config((ChatConfig,), argv, prog="r3forge models chat")
+    check_models(cfg)
     print(chat(cfg))
     return 0

@@ -266,13 +266,3 @@ def prepare_model(name: str, force: bool = False, full_verify: bool = False) -> 
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return final
-
-
-def resolve_model(name_or_path: str) -> str:
-    """Short embedded name -> its materialized folder (prepared on first use); anything else unchanged.
-
-    A local path or a Hugging Face repo id works the same way for users with the Hub.
-    """
-    if name_or_path in EMBEDDED_MODELS:
-        return str(prepare_model(name_or_path))
-    return name_or_path

@@ -42,8 +42,12 @@ from r3forge.synth.store import ShardSpec
 class RewriteConfig:
     qa_path: str = field(metadata={"help": "Questions (with passages unless `index`/`retriever_url`)."})
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
-    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N questions."})
-    top_k: int = field(default=5, metadata={"help": "K, passages concatenated into r_raw (paper: 5)."})
+    max_questions: int | None = field(
+        default=None, metadata={"help": "Use only the first N questions (unset: all)."}
+    )
+    top_k: int = field(
+        default=5, metadata={"help": "K, passages concatenated into r_raw (paper: 5).", "min": 1}
+    )
     index: str = field(
         default="", metadata={"help": "r_raw from this index's top-K; empty: each record's own passages."}
     )
@@ -76,7 +80,13 @@ class RewriteConfig:
 
 @dataclass
 class ReaderRoleConfig:
-    reader_model: str = field(default="", metadata={"help": "Fixed reader; empty: the rewriter (`model`)."})
+    reader_model: str = field(
+        default="",
+        metadata={
+            "help": "Fixed reader; empty: the rewriter (`model`).",
+            "model": ("reader_backend", "backend"),
+        },
+    )
     reader_backend: str = field(default="", metadata={"help": "Reader backend; empty: the rewriter's."})
     reader_base_url: str = field(default="", metadata={"help": "Reader API root; empty: the rewriter's."})
 

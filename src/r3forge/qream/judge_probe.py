@@ -51,7 +51,7 @@ class ProbeConfig:
     qa_path: str = field(metadata={"help": "Questions with their passages (r3forge load_qa)."})
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
     max_questions: int = field(default=60, metadata={"help": "Questions to build claims from."})
-    top_k: int = field(default=5, metadata={"help": "K, passages concatenated into r_raw."})
+    top_k: int = field(default=5, metadata={"help": "K, passages concatenated into r_raw.", "min": 1})
     index: str = field(
         default="", metadata={"help": "r_raw from this index's top-K; empty: each record's own passages."}
     )

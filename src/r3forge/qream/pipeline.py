@@ -61,7 +61,9 @@ class QreamConfig:
         metadata={"help": "Target questions with their retrieved passages (r3forge load_qa)."}
     )
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
-    max_questions: int | None = field(default=None, metadata={"help": "Use only the first N targets."})
+    max_questions: int | None = field(
+        default=None, metadata={"help": "Use only the first N targets (unset: all)."}
+    )
     seed_qa_path: str = field(
         default="",
         metadata={"help": "Questions to draw stylistic seeds from; empty: qa_path (minus targets)."},
@@ -69,7 +71,9 @@ class QreamConfig:
     num_seeds: int = field(default=4, metadata={"help": "M, the number of stylistic seeds (paper: 4)."})
     seed: int = field(default=0, metadata={"help": "Seed of the seed-question draw and of the split."})
     seed_words: int = field(default=100, metadata={"help": "Target length of a seed document (words)."})
-    top_k: int = field(default=5, metadata={"help": "K, passages concatenated into r_raw (paper: 5)."})
+    top_k: int = field(
+        default=5, metadata={"help": "K, passages concatenated into r_raw (paper: 5).", "min": 1}
+    )
     index: str = field(
         default="", metadata={"help": "r_raw from this index's top-K; empty: each record's own passages."}
     )
@@ -116,19 +120,37 @@ class QreamConfig:
     validation_fraction: float = field(default=0.1, metadata={"help": "Share of questions held out (SFT)."})
     orient_model: str = field(
         default="smollm2-135m-instruct",
-        metadata={"help": "Fixed LM scoring s_orient of r_raw, candidates and golden rewrites; empty: skip."},
+        metadata={
+            "help": "Fixed LM scoring s_orient of r_raw, candidates and golden rewrites; empty: skip.",
+            "model": (),
+        },
     )
 
 
 @dataclass
 class QreamModelsConfig:
-    reader_model: str = field(default="", metadata={"help": "Fixed reader; empty: the rewriter (`model`)."})
+    reader_model: str = field(
+        default="",
+        metadata={
+            "help": "Fixed reader; empty: the rewriter (`model`).",
+            "model": ("reader_backend", "backend"),
+        },
+    )
     reader_backend: str = field(default="", metadata={"help": "Reader backend; empty: the rewriter's."})
     reader_base_url: str = field(default="", metadata={"help": "Reader API root; empty: the rewriter's."})
-    facts_model: str = field(default="", metadata={"help": "Atomic-fact extractor; empty: the rewriter."})
+    facts_model: str = field(
+        default="",
+        metadata={
+            "help": "Atomic-fact extractor; empty: the rewriter.",
+            "model": ("facts_backend", "backend"),
+        },
+    )
     facts_backend: str = field(default="", metadata={"help": "Extractor backend; empty: the rewriter's."})
     facts_base_url: str = field(default="", metadata={"help": "Extractor API root; empty: the rewriter's."})
-    judge_model: str = field(default="", metadata={"help": "Fact-support judge; empty: the rewriter."})
+    judge_model: str = field(
+        default="",
+        metadata={"help": "Fact-support judge; empty: the rewriter.", "model": ("judge_backend", "backend")},
+    )
     judge_backend: str = field(default="", metadata={"help": "Judge backend; empty: the rewriter's."})
     judge_base_url: str = field(default="", metadata={"help": "Judge API root; empty: the rewriter's."})
 

@@ -77,7 +77,8 @@ class QuickstartConfig:
         default="smollm2-135m-instruct", metadata={"help": "Generator: the RAG reader and the search agent."}
     )
     annotate_questions: int = field(
-        default=8, metadata={"help": "Reranker-world questions the teacher annotates (x docs_per_question)."}
+        default=8,
+        metadata={"min": 1, "help": "Reranker-world questions the teacher annotates (x docs_per_question)."},
     )
     reranker_teacher: str = field(
         default="rules",
@@ -88,27 +89,33 @@ class QuickstartConfig:
         },
     )
     rules_questions: int = field(
-        default=30, metadata={"help": "Reranker-world questions the rule teacher labels (all 10 passages each; "
+        default=30, metadata={"min": 1, "help": "Reranker-world questions the rule teacher labels (all 10 passages each; "
                               "a quarter held out)."}
     )  # fmt: skip
-    docs_per_question: int = field(default=8, metadata={"help": "Graded passages annotated per question."})
+    docs_per_question: int = field(
+        default=8, metadata={"min": 1, "help": "Graded passages annotated per question."}
+    )
     rules_max_per_score: int = field(
-        default=40, metadata={"help": "Cap each score class of the rule teacher's training split at N pairs "
+        default=40, metadata={"min": 1, "help": "Cap each score class of the rule teacher's training split at N pairs "
                               "(unbalanced, the student learns the majority score 1)."}
     )  # fmt: skip
     reranker_eval_samples: int = field(
-        default=80, metadata={"help": "Held-out pairs the student generates on (task metrics before/after)."}
+        default=80,
+        metadata={"min": 1, "help": "Held-out pairs the student generates on (task metrics before/after)."},
     )
-    rag_questions: int = field(default=10, metadata={"help": "World questions of the single-turn RAG table."})
+    rag_questions: int = field(
+        default=10, metadata={"min": 1, "help": "World questions of the single-turn RAG table."}
+    )
     rag_thresholds: list[float] = field(
         default_factory=lambda: [0.0, 0.1], metadata={"help": "IGP T_p values of the RAG table."}
     )
     warmstart_questions: int = field(
-        default=96, metadata={"help": "Worked trajectories of the generator's format warm start."}
+        default=96, metadata={"min": 1, "help": "Worked trajectories of the generator's format warm start."}
     )
-    grpo_steps: int = field(default=3, metadata={"help": "GRPO steps (8 rollouts each on CPU)."})
+    grpo_steps: int = field(default=3, metadata={"min": 1, "help": "GRPO steps (8 rollouts each on CPU)."})
     agent_questions: int = field(
-        default=12, metadata={"help": "Held-out questions of the agent evaluation before/after GRPO."}
+        default=12,
+        metadata={"min": 1, "help": "Held-out questions of the agent evaluation before/after GRPO."},
     )
     cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV cache of each vLLM server on CPU (GiB)."})
 

@@ -25,6 +25,7 @@ from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError, R3ForgeError
 from r3forge.quickstart.plan import STAGE_NAMES, QuickstartConfig, build_stages, settings
 
+from r3forge.runfolder import claim
 STATE = "state.json"
 
 
@@ -176,6 +177,7 @@ def main(config: QuickstartConfig) -> Path:
             print(f"\n== [{i}/{len(stages)}] {stage.name}: {stage.title}", file=sys.stderr)
             if record and not stage.resumable and stage.output and (aside := move_aside(Path(stage.output))):
                 print(f"quickstart: the interrupted attempt's output was moved to {aside}", file=sys.stderr)
+    claim(run, "quickstart", settings(config), legacy=(STATE,), remedy="choose another run_dir")
             state["stages"][stage.name] = {"status": "running", "attempts": record.get("attempts", 0) + 1}
             write_json(run / STATE, state)
             t0 = time.perf_counter()

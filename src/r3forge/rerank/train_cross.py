@@ -34,9 +34,10 @@ from r3forge.config import parse_config
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.ranking import ndcg_batch, recall_batch
-from r3forge.models import resolve_model
+from r3forge.models import check_models, resolve_model
 from r3forge.rerank.base import Reranker, RetrieverOrder, order, passage, to_candidates
 from r3forge.rerank.encoders import CrossEncoderConfig, CrossEncoderReranker
+from r3forge.runfolder import claim, record_owner, settings
 
 INFO_FILE = "train_info.json"
 
@@ -47,7 +48,7 @@ class TrainCrossEncoderConfig:
     output_dir: str = field(metadata={"help": "Folder for the trained cross-encoder (CrossEncoder(path))."})
     base_model: str = field(
         default="all-minilm-l6-v2",
-        metadata={"help": "Encoder to start from: embedded short name, local folder or Hub id."},
+        metadata={"help": "Encoder to start from: embedded short name, local folder or Hub id.", "model": ()},
     )
     max_questions: int | None = field(
         default=None, metadata={"help": "Use only the first N questions of qa_path (default: all)."}
@@ -70,7 +71,9 @@ class TrainCrossEncoderConfig:
     )
     eval_questions: int = field(default=50, metadata={"help": "First N questions of eval_path to score."})
     eval_k: int = field(default=2, metadata={"help": "Cut-off k of the NDCG@k / Recall@k evaluation."})
-    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output_dir."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Move an existing output folder aside to <folder>.replaced-<time>."}
+    )
 
     def __post_init__(self) -> None:
         if self.negatives_per_question is not None and self.negatives_per_question < 0:
@@ -205,7 +208,12 @@ def cli(argv: list[str] | None = None) -> int:
     (config,) = parse_config(
         (TrainCrossEncoderConfig,), sys.argv[1:] if argv is None else argv, prog="r3forge train-cross-encoder"
     )
+    check_models(config)
+    # the owner's settings: every field but the runtime ones, and batch_size (pairs per step: it shapes the model)
+    kind, wanted = "train-cross-encoder", settings([config, {"batch_size": config.batch_size}])
+    claim(config.output_dir, kind, wanted, config.overwrite, legacy=(INFO_FILE,), write=False)
     info = main(config)
+    record_owner(config.output_dir, kind, wanted)
     summary = {
         k: info[k] for k in ("questions", "pairs", "positives", "steps", "train_loss", "train_seconds")
     }

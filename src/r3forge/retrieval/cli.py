@@ -14,10 +14,12 @@ import time
 from dataclasses import dataclass, field
 
 from r3forge.config import parse_config
+from r3forge.models import check_models
 from r3forge.retrieval import load_retriever
-from r3forge.retrieval.base import KINDS, read_manifest
+from r3forge.retrieval.base import KINDS, MANIFEST_NAME, read_manifest
 from r3forge.retrieval.bm25 import BM25Config, build_bm25_index
 from r3forge.retrieval.dense import DenseConfig, build_dense_index
+from r3forge.runfolder import claim, record_owner, settings
 
 
 @dataclass
@@ -30,7 +32,9 @@ class IndexBuildConfig:
     corpus_format: str = field(
         default="auto", metadata={"help": "Corpus format: auto, passages or flashrag_corpus."}
     )
-    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Move an existing output folder aside to <folder>.replaced-<time>."}
+    )
 
 
 @dataclass
@@ -50,11 +54,14 @@ class IndexSearchConfig:
 
 def build(config: IndexBuildConfig, bm25: BM25Config, dense: DenseConfig) -> None:
     corpus = config.corpus[0] if len(config.corpus) == 1 else config.corpus
+    wanted = settings([config, bm25 if config.kind == "bm25" else dense])
+    claim(config.output, "index build", wanted, config.overwrite, legacy=(MANIFEST_NAME,), write=False)
     start = time.perf_counter()
     if config.kind == "bm25":
         build_bm25_index(corpus, config.output, bm25, config.corpus_format, config.overwrite)
     else:
         build_dense_index(corpus, config.output, dense, config.corpus_format, config.overwrite)
+    record_owner(config.output, "index build", wanted)
     manifest = read_manifest(config.output)
     print(
         f"{config.kind} index of {manifest.count} passages -> {config.output} ({time.perf_counter() - start:.1f}s)"
@@ -65,6 +72,8 @@ def build_main(argv: list[str]) -> int:
     config, bm25, dense = parse_config(
         (IndexBuildConfig, BM25Config, DenseConfig), argv, prog="r3forge index build"
     )
+    if config.kind == "dense":
+        check_models(dense)
     build(config, bm25, dense)
     return 0
 

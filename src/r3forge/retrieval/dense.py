@@ -58,7 +58,10 @@ class DenseConfig:
 
     encoder: str = field(
         default="all-minilm-l6-v2",
-        metadata={"help": "sentence-transformers encoder: embedded short name, local folder or Hub id."},
+        metadata={
+            "help": "sentence-transformers encoder: embedded short name, local folder or Hub id.",
+            "model": (),
+        },
     )
     index_type: str = field(
         default="flat",

@@ -50,7 +50,10 @@ class SFTScriptArguments:
     )
     reader_model: str = field(
         default="smollm2-135m-instruct",
-        metadata={"help": "qream: the fixed reader answering from the student's rewrites (name or folder)."},
+        metadata={
+            "help": "qream: the fixed reader answering from the student's rewrites (name or folder).",
+            "model": (),
+        },
     )
     reader_few_shot: bool = field(default=True, metadata={"help": "qream: two short-answer demos first."})
     compact_cpu_lm_head: bool = field(

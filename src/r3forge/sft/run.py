@@ -8,15 +8,17 @@
                                      one; `checkpoints.py`)
     <output_dir>/final/              the trained model (or LoRA adapter) + tokenizer: what `r3forge export` reads
 
-A folder that already holds a run is never overwritten silently: resume it or pass overwrite.
+Plus `owner.json` (`r3forge.runfolder`: the recipe and the settings that decide the trained model). A folder of
+another command or trained with other settings is refused before anything loads, and one that already holds
+this run is never overwritten silently: resume it or pass overwrite (the old contents move aside).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from transformers.trainer_utils import get_last_checkpoint
 import r3forge
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
+from r3forge.runfolder import claim, move_aside, settings
 from r3forge.sft.checkpoints import (
     checkpoint_problem,
     latest_complete_checkpoint,
@@ -37,6 +40,23 @@ from r3forge.sft.checkpoints import (
 )
 
 AUTO = ("auto", "true", "latest", "last")
+# the TrainingArguments / SFTConfig / GRPOConfig fields that decide the trained model: a resume must keep them.
+# The others may change between the runs of one folder: max_steps / num_train_epochs (a resume may extend
+# them), logging, saving and evaluation cadence, dataloader, precision-of-kernels and distributed knobs.
+TRAINED_BY = (
+    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "weight_decay",
+    "adam_beta1", "adam_beta2", "adam_epsilon", "optim", "optim_args", "max_grad_norm", "seed", "data_seed",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "label_smoothing_factor",
+    "neftune_noise_alpha", "max_length", "packing", "packing_strategy", "padding_free", "completion_only_loss",
+    "assistant_only_loss", "loss_type", "dataset_text_field", "truncation_mode", "chat_template_path",
+    "shuffle_dataset", "beta", "epsilon", "epsilon_high", "delta", "num_generations", "num_iterations",
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_completion_length",
+    "importance_sampling_level", "mask_truncated_completions", "scale_rewards", "reward_weights",
+    "steps_per_generation", "entropy_coef", "disable_dropout", "sync_ref_model",
+    "ref_model_mixup_alpha", "ref_model_sync_steps",
+)  # fmt: skip
+# script / model fields that only say how fast or how much memory a run takes
+SPEED_ONLY = ("attn_implementation", "compact_cpu_lm_head", "bound_cpu_heap", "save_rollouts")
 
 
 def git_commit(path: Path | None = None) -> str | None:
@@ -55,7 +75,7 @@ def prepare_output_dir(
 ) -> str | None:
     """The checkpoint to resume from (None: start fresh), after checking the folder.
 
-    `resume`: empty (fresh start; a folder holding a run is refused unless `overwrite`, which deletes it),
+    `resume`: empty (fresh start; a folder holding a run is refused unless `overwrite`, which moves it aside),
     "auto" (the last complete checkpoint-N, newer incomplete ones moved aside; a fresh start when there is
     none), or a checkpoint path (refused when incomplete). When resuming, metrics.jsonl is rolled back to
     the checkpoint (`checkpoints.py`). `model_only`: the run's checkpoints hold no optimizer state
@@ -80,9 +100,18 @@ def prepare_output_dir(
             f"{out}: holds a run (run.json or checkpoint-N); set resume_from_checkpoint: auto to continue it, "
             "overwrite: true to delete it and start over, or choose another output_dir"
         )
-    if held:
-        shutil.rmtree(out)
+    if held and main:
+        move_aside(out)  # never deleted
     return None
+
+
+def claim_run(recipe: str, configs: Sequence[Any], training: Any, overwrite: bool) -> None:
+    """Claim `training.output_dir` for `recipe` (`r3forge.runfolder`): the fields of `configs` (script and
+    model arguments) and the `TRAINED_BY` fields of `training` are its settings. A folder of another command
+    or of other settings is refused unless `overwrite`, which moves it aside."""
+    trained_by = {k: getattr(training, k) for k in TRAINED_BY if hasattr(training, k)}
+    wanted = settings([*configs, trained_by], drop=SPEED_ONLY)
+    claim(training.output_dir, recipe, wanted, overwrite, legacy=("run.json", "config.yaml", "checkpoint-*"))
 
 
 def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora: bool) -> dict[str, Any]:

@@ -18,23 +18,32 @@ import trl.trainer.utils as trl_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
+from r3forge.data.rows import load_rows
 from r3forge.errors import ConfigError
 from r3forge.models import resolve_model
 
+SAVED_FILES = ("dataset_dict.json", "dataset_info.json")  # what Dataset(Dict).save_to_disk writes
 TASK_COLUMNS = {"verbal": ("question_id", "doc_id", "score"), "qream": ("question", "answers"), "generic": ()}
 
 
 def load_split(path: str, split: str, limit: int | None) -> datasets.Dataset:
-    """One split of a DatasetDict folder (or a whole .jsonl/.json file), checked for prompt/completion."""
-    p = Path(path)
+    """One split of a DatasetDict folder (or a whole .jsonl/.json file, read by `r3forge.data.rows`, whose
+    errors name the file:line), checked for prompt/completion."""
+    p = Path(path).expanduser()
     if p.is_dir():
+        if not any((p / f).is_file() for f in SAVED_FILES):
+            raise ConfigError(
+                f"dataset {path}: a folder, but not a saved Dataset / DatasetDict (no {SAVED_FILES})"
+            )
         data = datasets.load_from_disk(str(p))
         if isinstance(data, datasets.DatasetDict):
             if split not in data:
                 raise ConfigError(f"{path}: no split {split!r} (splits: {sorted(data)})")
             data = data[split]
     elif p.suffix in (".jsonl", ".json") and p.is_file():
-        data = datasets.Dataset.from_json(str(p))
+        data = load_rows(p, ("prompt", "completion"))
+    elif not p.exists():
+        raise ConfigError(f"dataset {path}: no such file or folder")
     else:
         raise ConfigError(f"dataset {path}: neither a DatasetDict folder nor a .jsonl/.json file")
     missing = {"prompt", "completion"} - set(data.column_names)

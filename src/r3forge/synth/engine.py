@@ -102,7 +102,8 @@ class EngineConfig:
         default="raise", metadata={"help": "An exception in parse(): stop, or reject as 'parse_error'."}
     )
     tokenizer: str = field(
-        default="", metadata={"help": "Dry run token counts: tokenizer (embedded name, folder, Hub id)."}
+        default="",
+        metadata={"help": "Dry run token counts: tokenizer (embedded name, folder, Hub id).", "model": ()},
     )
 
     def __post_init__(self) -> None:
