@@ -55,11 +55,12 @@ print(f"{len(rows)} golden rewrites -> {r / 'ft_data'}", file=sys.stderr)
 EOF
   }
   [ -d "$R/ft/final" ] || { step sft; $B sft --config configs/sft/qream_ft_cpu.yaml --dataset "$R/ft_data" --eval_dataset '' --eval_split '' --eval_strategy no --save_strategy no --num_train_epochs 2 --output_dir "$R/ft" --resume_from_checkpoint auto; }
+  [ -f "$R/ft_merged/config.json" ] || $B export --run "$R/ft" --out "$R/ft_merged" --merge_lora true  # vLLM serves the merged model
 fi
 if has heldout; then  # 3. held-out: r_raw vs the student's rewrites (a fixed reader: the embedded model)
   for d in hotpotqa world; do
     [ $d = hotpotqa ] && S="--index ''" || S="--index $R/world_index"
-    [ -f "$R/ft_$d/report.json" ] || { step "student-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --method ft --demos_from "''" $M --model "$R/ft/final" --tokenizer "$R/ft/final" --reader_model smollm2-135m-instruct --output_dir "$R/ft_$d"; }
+    [ -f "$R/ft_$d/report.json" ] || { step "student-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --method ft --demos_from "''" $M --model "$R/ft_merged" --tokenizer "$R/ft_merged" --reader_model smollm2-135m-instruct --output_dir "$R/ft_$d"; }
   done
 fi
 if has icl; then  # 4. QREAM-ICL (the 135M rewriter, its stylistic demos) on the held-out questions
@@ -73,9 +74,10 @@ if has curve; then  # 5. learning curve: the student on a quarter and half of th
   for n in $((N / 4)) $((N / 2)); do
     [ -d "$R/ft_data_$n" ] || .venv/bin/python -c "import datasets, sys; d = datasets.load_from_disk(sys.argv[1]); datasets.DatasetDict({'train': d['train'].shuffle(seed=0).select(range($n))}).save_to_disk(sys.argv[2])" "$R/ft_data" "$R/ft_data_$n"
     [ -d "$R/ft_$n/final" ] || { step "sft-$n"; $B sft --config configs/sft/qream_ft_cpu.yaml --dataset "$R/ft_data_$n" --eval_dataset '' --eval_split '' --eval_strategy no --save_strategy no --num_train_epochs 2 --output_dir "$R/ft_$n" --resume_from_checkpoint auto; }
+    [ -f "$R/ft_${n}_merged/config.json" ] || $B export --run "$R/ft_$n" --out "$R/ft_${n}_merged" --merge_lora true
     for d in hotpotqa world; do
       [ $d = hotpotqa ] && S="--index ''" || S="--index $R/world_index"
-      [ -f "$R/ft_${n}_$d/report.json" ] || { step "student-$n-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --method ft --demos_from "''" $M --model "$R/ft_$n/final" --tokenizer "$R/ft_$n/final" --reader_model smollm2-135m-instruct --output_dir "$R/ft_${n}_$d"; }
+      [ -f "$R/ft_${n}_$d/report.json" ] || { step "student-$n-$d"; eval $B rewrite --config configs/rewrite/qream_icl_hotpotqa_cpu.yaml $S --qa_path "$R/${d}_heldout.jsonl" --method ft --demos_from "''" $M --model "$R/ft_${n}_merged" --tokenizer "$R/ft_${n}_merged" --reader_model smollm2-135m-instruct --output_dir "$R/ft_${n}_$d"; }
     done
   done
 fi
@@ -84,7 +86,7 @@ if has probe; then  # 6. the three fact judges on claims built from the data
   [ -f "$R/probe_world/report.json" ] || { step probe-world; eval $B annotate qream-judge-probe --qa_path "$R/world_heldout.jsonl" --index "$R/world_index" --max_questions "$((PROBE_Q * 4 / 5))" $M --output_dir "$R/probe_world"; }
 fi
 if has rag; then  # 7. in the RAG evaluation: none and IGP, each with its `+qream` twin rewritten by the student
-  [ -f "$R/rag_hotpotqa/summary.json" ] || { step rag-hotpotqa; $B eval rag --config configs/eval/igp_hotpotqa_cpu.yaml --qa_path "$R/hotpotqa_heldout.jsonl" --max_questions "$HELDOUT_Q" --methods none igp --top_m 3 5 --thresholds 0.0 --rewrite ft --rewriter_model "$R/ft/final" --output_dir "$R/rag_hotpotqa"; }
+  [ -f "$R/rag_hotpotqa/summary.json" ] || { step rag-hotpotqa; $B eval rag --config configs/eval/igp_hotpotqa_cpu.yaml --qa_path "$R/hotpotqa_heldout.jsonl" --max_questions "$HELDOUT_Q" --methods none igp --top_m 3 5 --thresholds 0.0 --rewrite ft --rewriter_model "$R/ft_merged" --output_dir "$R/rag_hotpotqa"; }
 fi
 if has extheld; then  # 8. the extractive teacher's candidates on the held-out questions: the golden (oracle) row
   for d in hotpotqa world; do  # of the held-out table and the selection ablation on unseen questions
