@@ -48,13 +48,15 @@ from r3forge.config import save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_info
-from r3forge.sft.train import load_model
+from r3forge.sft.train import bound_cpu_heap, load_model
 
 
 def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConfig, rollout: RolloutConfig,
          model_args: ModelConfig, training: GRPOConfig) -> dict[str, Any]:  # fmt: skip
     """Train, save `final/` and the run files; returns the final metrics."""
     check_trl()
+    if script.bound_cpu_heap:
+        bound_cpu_heap()  # freed activations go back to the OS: RSS does not ratchet up over rollouts
     # before anything loads: a folder of another command or of other settings is refused
     claim_run("grpo", (script, search, env_config, rollout, model_args), training, script.overwrite)
     resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,

@@ -120,11 +120,16 @@ def test_runs_resumes_and_recovers_from_a_failed_stage(tmp_path: Path, smollm2_p
     assert (run / "index.interrupted-1").read_text() == "in the way"
     assert (run / "index" / "manifest.json").is_file() or any((run / "index").iterdir())
     state = read_state(run)
-    assert state["stages"]["index"] | {"seconds": 0} == {"status": "done", "attempts": 2, "seconds": 0,
-                                                        "command": state["stages"]["index"]["command"]}  # fmt: skip
+    index = state["stages"]["index"]
+    assert index | {"seconds": 0} == {"status": "done", "attempts": 2, "seconds": 0,
+                                     "command": index["command"], "peak_rss_gib": index["peak_rss_gib"],
+                                     "peak_tree_rss_gib": index["peak_tree_rss_gib"]}  # fmt: skip
+    # the stage's memory (a Python process that imports torch: well over 50 MiB, far under 8 GiB)
+    assert 0.05 < index["peak_rss_gib"] < 8 and 0.05 < index["peak_tree_rss_gib"] < 8
 
     # a partial report from what ran so far: the stage table and the exact commands
     report = write_report(run, config, build_stages(config, run), state).read_text()
+    assert f"| {index['peak_rss_gib']:.2f} | {index['peak_tree_rss_gib']:.2f} |" in report
     assert "| 4 | `index` |" in report and shlex.join(["--output", f"{run}/index"]) in report
     assert "## Resolved configs" in report and "world_questions: 30" in report
 

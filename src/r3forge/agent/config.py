@@ -74,6 +74,11 @@ class AgentScriptArguments:
     save_rollouts: bool = field(
         default=True, metadata={"help": "Append every rollout (text, searches, finish) to rollouts.jsonl."}
     )
+    bound_cpu_heap: bool = field(
+        default=False,
+        metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold, so the heap does not grow over rollouts "
+                  "of varying length (tests/benchmarks/bench_memory_grpo.py)."},
+    )  # fmt: skip
     overwrite: bool = field(
         default=False,
         metadata={

@@ -69,11 +69,28 @@ def stages_section(stages: Sequence[Any], state: dict[str, Any]) -> list[str]:
         seconds = rec.get("seconds")
         total += seconds or 0.0
         rows.append((i, f"`{stage.name}`", stage.title, f"{seconds:.0f}" if seconds is not None else "-",
-                     rec.get("attempts", "-")))  # fmt: skip
-    lines = ["## Stages", "", *table(("#", "stage", "what", "seconds", "attempts"), rows)]
+                     rec.get("attempts", "-"), gib_cell(rec.get("peak_rss_gib")),
+                     gib_cell(rec.get("peak_tree_rss_gib"))))  # fmt: skip
+    header = ("#", "stage", "what", "seconds", "attempts", "peak RSS GiB", "peak tree RSS GiB")
+    lines = ["## Stages", "", *table(header, rows)]
     lines += ["", f"Total stage time: {total / 60:.1f} min (the report stage counts as it is written). "
-              "Each stage's command line and full output are in `logs/<stage>.log`."]  # fmt: skip
+              "Each stage's command line and full output are in `logs/<stage>.log`.", "",
+              "Memory: *peak RSS* is the largest resident size any one process of the stage reached (the "
+              "kernel's high-water mark, read every 0.5 s); *peak tree RSS* the largest sum over the stage's "
+              "processes (sampled every 0.5 s). The vLLM servers the quickstart runs beside the stages are not in "
+              "either."]  # fmt: skip
+    servers = state.get("server_peak_rss_gib") or {}
+    if servers:
+        lines.append(
+            "vLLM servers (sum of each server's processes' high-water marks, read when it stopped): "
+            + ", ".join(f"{role} {value:.2f} GiB" for role, value in sorted(servers.items()))
+            + "."
+        )
     return lines
+
+
+def gib_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def annotation_section(run: Path, teacher: str, labels: str = "model") -> list[str]:

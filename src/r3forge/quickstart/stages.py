@@ -23,9 +23,10 @@ from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
 from r3forge.config import parse_config, save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError, R3ForgeError
+from r3forge.procmem import TreePeak, descendants, gib, hwm_bytes
 from r3forge.quickstart.plan import STAGE_NAMES, QuickstartConfig, build_stages, settings
-
 from r3forge.runfolder import claim
+
 STATE = "state.json"
 
 
@@ -78,8 +79,11 @@ def move_aside(path: Path) -> Path | None:
     return aside
 
 
-def run_command(argv: list[str], log_path: Path) -> int:
-    """`python -m r3forge <argv>`: output to the terminal (progress bars) and to `log_path`."""
+def run_command(argv: list[str], log_path: Path) -> tuple[int, dict[str, float | None]]:
+    """`python -m r3forge <argv>`: output to the terminal (progress bars) and to `log_path`. Returns the exit
+    code and the stage's memory: `peak_rss_gib`, the largest high-water mark of any one of its processes
+    (the kernel's, read every 0.5 s), and `peak_tree_rss_gib`, the largest sum over the stage's process tree
+    (sampled every 0.5 s; what an OOM killer sees when a stage starts servers or workers of its own)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
@@ -89,11 +93,13 @@ def run_command(argv: list[str], log_path: Path) -> int:
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)  # fmt: skip
         assert proc.stdout is not None
         try:
-            while chunk := os.read(proc.stdout.fileno(), 65536):
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.flush()
-                log.write(chunk)
-                log.flush()  # `tail -f logs/<stage>.log` follows the stage
+            with TreePeak(proc.pid) as tree:
+                while chunk := os.read(proc.stdout.fileno(), 65536):
+                    sys.stderr.buffer.write(chunk)
+                    sys.stderr.flush()
+                    log.write(chunk)
+                    log.flush()  # `tail -f logs/<stage>.log` follows the stage
+                proc.wait()
         except BaseException:  # Ctrl-C / SIGTERM of the quickstart: the stage goes down with it
             proc.terminate()
             try:
@@ -101,7 +107,9 @@ def run_command(argv: list[str], log_path: Path) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
-        return proc.wait()
+        memory = {"peak_rss_gib": gib(tree.process_bytes), "peak_tree_rss_gib": gib(tree.bytes)}
+        log.write(f"$ exit code {proc.returncode}, memory {json.dumps(memory)}\n".encode())
+        return proc.returncode, memory
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -117,9 +125,21 @@ def log_tail(path: Path, lines: int = 15) -> str:
 class Servers:
     """The teacher / student vLLM servers: started when a stage needs one, stopped when none does."""
 
-    def __init__(self, config: QuickstartConfig, run: Path) -> None:
+    def __init__(self, config: QuickstartConfig, run: Path, memory: dict[str, float]) -> None:
         self.config, self.run = config, run
         self.live: dict[str, VLLMServer] = {}
+        # role -> GiB, the largest over this run's sessions (kept in state.json): the sum of the server's
+        # processes' high-water marks (API server + engine core) read when it stops; an upper bound of its
+        # peak, since the processes need not peak at once
+        self.memory = memory
+
+    def stop(self, role: str) -> None:
+        server = self.live.pop(role)
+        if server.process is not None:
+            marks = [m for p in descendants(server.process.pid) if (m := hwm_bytes(p)) is not None]
+            if marks:
+                self.memory[role] = max(self.memory.get(role, 0.0), gib(sum(marks)) or 0.0)
+        server.stop()
 
     def model(self, role: str) -> str:
         return self.config.teacher_model if role == "teacher" else str(self.run / "reranker")
@@ -127,7 +147,7 @@ class Servers:
     def need(self, role: str) -> dict[str, str]:
         for other in [r for r in self.live if r != role]:
             print(f"quickstart: stopping the {other} vLLM server", file=sys.stderr)
-            self.live.pop(other).stop()
+            self.stop(other)
         if role and role not in self.live:
             print(
                 f"quickstart: starting the {role} vLLM server ({self.model(role)}) on loopback",
@@ -139,9 +159,8 @@ class Servers:
         return {f"{r}_url": s.base_url for r, s in self.live.items()}
 
     def close(self) -> None:
-        for server in self.live.values():
-            server.stop()
-        self.live.clear()
+        for role in list(self.live):
+            self.stop(role)
 
 
 def fill(argv: tuple[str, ...], urls: dict[str, str]) -> list[str]:
@@ -155,6 +174,7 @@ def main(config: QuickstartConfig) -> Path:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     run, state = find_run(config)
     resumed = bool(state.get("stages"))
+    claim(run, "quickstart", settings(config), legacy=(STATE,), remedy="choose another run_dir")
     run.mkdir(parents=True, exist_ok=True)
     state = state or {"settings": settings(config), "stages": {}, "finished": False,
                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
@@ -167,7 +187,7 @@ def main(config: QuickstartConfig) -> Path:
     )
     t_run = time.perf_counter()
     with ExitStack() as stack:
-        servers = Servers(config, run)
+        servers = Servers(config, run, state.setdefault("server_peak_rss_gib", {}))
         stack.callback(servers.close)
         last = STAGE_NAMES.index(config.stop_after) + 1 if config.stop_after else len(stages)
         for i, stage in enumerate(stages[:last], 1):
@@ -177,10 +197,10 @@ def main(config: QuickstartConfig) -> Path:
             print(f"\n== [{i}/{len(stages)}] {stage.name}: {stage.title}", file=sys.stderr)
             if record and not stage.resumable and stage.output and (aside := move_aside(Path(stage.output))):
                 print(f"quickstart: the interrupted attempt's output was moved to {aside}", file=sys.stderr)
-    claim(run, "quickstart", settings(config), legacy=(STATE,), remedy="choose another run_dir")
             state["stages"][stage.name] = {"status": "running", "attempts": record.get("attempts", 0) + 1}
             write_json(run / STATE, state)
             t0 = time.perf_counter()
+            memory: dict[str, float | None] = {}
             if stage.name == "report":
                 servers.close()
                 write_report(run, config, stages, state)
@@ -188,13 +208,13 @@ def main(config: QuickstartConfig) -> Path:
             else:
                 try:
                     argv = fill(stage.argv, servers.need(stage.server))
-                    code = run_command(argv, run / "logs" / f"{stage.name}.log")
+                    code, memory = run_command(argv, run / "logs" / f"{stage.name}.log")
                 except (KeyboardInterrupt, SystemExit):
                     print(f"\nquickstart: interrupted during '{stage.name}'; the finished stages are kept in {run}; "
                           "rerun the same command to resume", file=sys.stderr)  # fmt: skip
                     raise
             seconds = round(time.perf_counter() - t0, 1)
-            state["stages"][stage.name] |= {"status": "done" if code == 0 else "failed", "seconds": seconds,
+            state["stages"][stage.name] |= memory | {"status": "done" if code == 0 else "failed", "seconds": seconds,
                                             "command": "r3forge " + shlex.join(stage.argv) if stage.argv else ""}  # fmt: skip
             write_json(run / STATE, state)
             if code != 0:
