@@ -49,6 +49,7 @@ from r3forge.sft.train import (
     bound_cpu_heap,
     check_deepspeed_launch,
     compact_cpu_lm_head,
+    cpu_lm_head_tiles,
     distributed_info,
     load_model,
     load_split,
@@ -67,6 +68,7 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     if not torch.cuda.is_available():
         if script.compact_cpu_lm_head:
             compact_cpu_lm_head()  # the LM head scores only the completion tokens: ~0.4x the step time
+        cpu_lm_head_tiles(script.cpu_lm_head_tile_tokens, script.cpu_lm_head_tile_vocab)  # its memory bounded
         if script.bound_cpu_heap:
             bound_cpu_heap()  # RSS stays flat over variable-length batches, at ~1.3x the step time
     set_seed(training.seed)

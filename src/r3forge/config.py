@@ -61,7 +61,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
          "tensor_parallel_size", "data_parallel_size", "cpu_kvcache_gib", "per_device_train_batch_size",
          "per_device_eval_batch_size", "gradient_accumulation_steps", "num_generations",
          "max_completion_length", "generation_batch_size", "steps_per_generation", "num_iterations", "lora_r",
-         "lora_alpha", "balance_ratio"),
+         "lora_alpha", "balance_ratio", "cpu_lm_head_tile_tokens", "cpu_lm_head_tile_vocab"),
         _COUNT,
     ),
     **dict.fromkeys(

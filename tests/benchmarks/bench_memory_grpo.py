@@ -1,23 +1,37 @@
 """Peak memory of the GRPO CPU recipe (configs/grpo/agent_world_cpu.yaml) and where it goes.
 
     .venv/bin/python tests/benchmarks/bench_memory_grpo.py --run runs/quickstart-<time> [--steps 3] \\
-        [--variants yaml,checkpointing,no_ref,heap,low]
+        [--variants yaml,before,...]
 
 Uses a finished quickstart run's world, BM25 index, warm-started policy and reranker student (the reranker
 behind one vLLM server that this script starts, as the quickstart does, so that no variant measures it).
 Each variant is `r3forge grpo --config configs/grpo/agent_world_cpu.yaml` for `--steps` steps (a checkpoint
 at the middle step, as in the quickstart) with a few flags changed, in its own process, one after another:
 
-* `yaml`: the YAML as it ships (the baseline);
-* `checkpointing`: `--gradient_checkpointing true`: the backbone's activations are recomputed in the
-  backward pass instead of kept (what full activations over 8 multi-turn sequences cost);
+* `yaml`: the YAML as it ships (the baseline): gradient checkpointing, TRL's fused LM head scoring only the
+  completion tokens (`compact_cpu_lm_head`) in [512, 4096] tiles (`cpu_lm_head_tile_*`), a bounded heap;
+* `before`: the recipe before the memory budget: no checkpointing, every position scored, TRL's
+  [4096, 32768] tiles, glibc's heap unbounded;
+* `no_checkpointing`: `--gradient_checkpointing false`: the backbone's activations kept for the backward pass
+  (what full activations over 8 multi-turn sequences cost);
+* `trl_tiles`: TRL's own [4096, 32768] tiles (what the LM head's temporaries cost);
+* `no_compact`: the head scores every prompt and padding position too;
 * `no_ref`: `--beta 0`: TRL loads no reference model (what the frozen reference costs);
-* `heap`: `--bound_cpu_heap true`: glibc returns freed blocks of 1 MiB and more (what heap growth costs);
-* `low`: checkpointing and a bounded heap together.
+* `no_heap`: `--bound_cpu_heap false`: glibc keeps freed blocks (what heap growth costs);
+* `half_batch`: 4 sequences per forward/backward, 2 accumulation steps: the same 8 rollouts per step.
 
 Reported per variant: the GRPO process's peak RSS (the kernel's high-water mark, read every 0.5 s), the peak
 summed over its process tree (sampled every 0.5 s), wall seconds for the whole command (load, rollouts,
 training, saving) and each as a ratio against `yaml`. It times: run it alone.
+
+Measured 2026-12-05 on the 2-core development machine, nothing beside it, 3 steps, before the YAML got
+`bound_cpu_heap: true` (so every variant below ran without it unless it says heap; peak RSS GiB / seconds):
+checkpointing + compact + small tiles (the YAML then) 5.45 / 155 s; before 11.80 / 154 (TRL's tiles, no
+checkpointing, no compaction, heap unbounded); no checkpointing 8.83 / 140; TRL's tiles 5.76 / 148; every
+position scored 5.62 / 148; no reference model 5.03 / 134; + bounded heap (**the YAML now**) 3.79 / 174
+(1.12x). A second call: the YAML then 5.33 / 158; half batch 4.93 / 141; half batch + bounded heap 3.91 / 189.
+Seconds move by ~10% between calls of the same variant (rollout lengths differ), so only the heap's cost is
+more than noise; peak RSS repeats to ~0.1 GiB.
 """
 
 from __future__ import annotations
@@ -33,12 +47,17 @@ from pathlib import Path
 from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
 from r3forge.procmem import TreePeak, gib
 
+NO_HEAP = ["--bound_cpu_heap", "false"]
+TRL_TILES = ["--cpu_lm_head_tile_tokens", "4096", "--cpu_lm_head_tile_vocab", "32768"]
 VARIANTS = {
     "yaml": [],
-    "checkpointing": ["--gradient_checkpointing", "true"],
+    "before": ["--gradient_checkpointing", "false", "--compact_cpu_lm_head", "false", *TRL_TILES, *NO_HEAP],
+    "no_checkpointing": ["--gradient_checkpointing", "false"],
+    "trl_tiles": TRL_TILES,
+    "no_compact": ["--compact_cpu_lm_head", "false"],
     "no_ref": ["--beta", "0"],
-    "heap": ["--bound_cpu_heap", "true"],
-    "low": ["--gradient_checkpointing", "true", "--bound_cpu_heap", "true"],
+    "no_heap": NO_HEAP,
+    "half_batch": ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"],
 }
 
 

@@ -1,6 +1,6 @@
 """`compact_cpu_lm_head`: TRL's fused LM head on CPU scores only the labelled positions, with the same loss,
 gradient and logged per-token fields as TRL's every-position path (the embedded model, a completion-only
-batch of two rows with different prompt lengths)."""
+batch of two rows with different prompt lengths). `cpu_lm_head_tiles`: smaller tiles, the same fields."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import trl.kernels.chunked_logprob as trl_logprob
 import trl.trainer.utils as trl_utils
 from transformers import AutoModelForCausalLM
 
-from r3forge.sft.train import compact_cpu_lm_head
+from r3forge.sft.train import compact_cpu_lm_head, cpu_lm_head_tiles
 
 
 @pytest.fixture
@@ -57,3 +58,39 @@ def test_compact_cpu_lm_head_scores_the_labelled_positions_only(fused_model, mon
         torch.testing.assert_close(getattr(compact, name), getattr(every, name), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(compact_grad, every_grad, atol=1e-6, rtol=1e-4)
     assert trl_utils._use_triton(torch.device("cpu"))
+
+
+def test_cpu_lm_head_tiles_bound_the_tile_and_keep_the_log_probs(
+    fused_model, monkeypatch: pytest.MonkeyPatch
+):
+    # TRL's tile sizes restored after the test (the setting is process-wide)
+    monkeypatch.setattr(trl_logprob, "TOKEN_CHUNK_SIZE", trl_logprob.TOKEN_CHUNK_SIZE)
+    monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, fused_model.config.vocab_size, (2, 40), generator=gen)  # (B, T)
+    labels = ids.clone()
+    labels[:, :20] = -100
+    buffers: list[tuple[int, int]] = []  # the [tokens, vocab] tile of each kernel call
+    empty = torch.empty
+
+    def recording(*size, **kwargs):
+        if len(size) == 1 and isinstance(size[0], tuple) and len(size[0]) == 2:
+            buffers.append(size[0])
+        return empty(*size, **kwargs)
+
+    def step():
+        fused_model.zero_grad(set_to_none=True)
+        out = fused_model(input_ids=ids, labels=labels, fused_lm_head=True)
+        out.loss.backward()
+        return out, fused_model.get_output_embeddings().weight.grad.clone()
+
+    trl_out, trl_grad = step()
+    assert cpu_lm_head_tiles(16, 1000)
+    monkeypatch.setattr(trl_logprob.torch, "empty", recording)
+    tiled, tiled_grad = step()
+    monkeypatch.setattr(trl_logprob.torch, "empty", empty)
+    assert buffers and all(b[0] <= 16 and b[1] == 1000 for b in buffers)  # forward and backward tiles
+    torch.testing.assert_close(tiled.loss, trl_out.loss, atol=1e-5, rtol=1e-5)
+    for name in ("log_probs", "entropy", "is_top1"):
+        torch.testing.assert_close(getattr(tiled, name), getattr(trl_out, name), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tiled_grad, trl_grad, atol=1e-6, rtol=1e-4)

@@ -74,6 +74,20 @@ class AgentScriptArguments:
     save_rollouts: bool = field(
         default=True, metadata={"help": "Append every rollout (text, searches, finish) to rollouts.jsonl."}
     )
+    compact_cpu_lm_head: bool = field(
+        default=True,
+        metadata={"help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "
+                  "every position of prompt and completion: same log-probabilities, less memory and time."},
+    )  # fmt: skip
+    cpu_lm_head_tile_tokens: int = field(
+        default=512,
+        metadata={"help": "CPU: positions per tile of TRL's fused LM head (TRL: 4096); with "
+                  "cpu_lm_head_tile_vocab, the head's transient memory (tests/benchmarks/bench_memory_grpo.py)."},
+    )  # fmt: skip
+    cpu_lm_head_tile_vocab: int = field(
+        default=4096,
+        metadata={"help": "CPU: vocabulary columns per tile of TRL's fused LM head (TRL: 32768)."},
+    )  # fmt: skip
     bound_cpu_heap: bool = field(
         default=False,
         metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold, so the heap does not grow over rollouts "

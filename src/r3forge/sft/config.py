@@ -61,6 +61,15 @@ class SFTScriptArguments:
         metadata={"help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "
                   "every position: same loss, ~0.4x s/step (tests/benchmarks/bench_sft_lm_head.py)."},
     )  # fmt: skip
+    cpu_lm_head_tile_tokens: int = field(
+        default=512,
+        metadata={"help": "CPU: positions per tile of TRL's fused LM head (TRL: 4096); with "
+                  "cpu_lm_head_tile_vocab, the head's transient memory (tests/benchmarks/bench_memory_grpo.py)."},
+    )  # fmt: skip
+    cpu_lm_head_tile_vocab: int = field(
+        default=4096,
+        metadata={"help": "CPU: vocabulary columns per tile of TRL's fused LM head (TRL: 32768)."},
+    )  # fmt: skip
     bound_cpu_heap: bool = field(
         default=False,
         metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold: final RSS 0.25x, peak 0.72x, but 1.33x "

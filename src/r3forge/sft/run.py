@@ -56,7 +56,14 @@ TRAINED_BY = (
     "ref_model_mixup_alpha", "ref_model_sync_steps",
 )  # fmt: skip
 # script / model fields that only say how fast or how much memory a run takes
-SPEED_ONLY = ("attn_implementation", "compact_cpu_lm_head", "bound_cpu_heap", "save_rollouts")
+SPEED_ONLY = (
+    "attn_implementation",
+    "compact_cpu_lm_head",
+    "cpu_lm_head_tile_tokens",
+    "cpu_lm_head_tile_vocab",
+    "bound_cpu_heap",
+    "save_rollouts",
+)
 
 
 def git_commit(path: Path | None = None) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import datasets
 import torch
+import trl.kernels.chunked_logprob as trl_logprob
 import trl.trainer.utils as trl_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, SFTConfig, SFTTrainer
@@ -114,6 +115,22 @@ def compact_cpu_lm_head() -> bool:
 
     compact.r3forge_original = decide  # type: ignore[attr-defined]  # TRL's own check (process-wide patch)
     trl_utils._use_triton = compact
+    return True
+
+
+def cpu_lm_head_tiles(tokens: int, vocab: int) -> bool:
+    """Tile TRL's fused LM head in `[tokens, vocab]` blocks instead of its `[4096, 32768]` (trl 1.16), for CPU.
+
+    The kernel holds one fp32 tile and, on devices without Triton, several tile-sized temporaries while it
+    folds it (forward) or turns it into the logits gradient (backward). With TRL's tile that is +4.9 GiB for
+    4,800 scored positions of SmolLM2's 49k vocabulary, the largest part of the GRPO CPU recipe's 11.5 GiB
+    peak; a [512, 4096] tile needs +0.4 GiB and is no slower on 2 cores, and the log-probabilities agree to
+    float rounding (`tests/sft/test_train.py`, `tests/benchmarks/bench_memory_grpo.py`). Process-wide; the
+    recipes call it only without CUDA. Returns whether it was applied (False on a TRL without those tiles)."""
+    if not (hasattr(trl_logprob, "TOKEN_CHUNK_SIZE") and hasattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE")):
+        return False
+    trl_logprob.TOKEN_CHUNK_SIZE = tokens  # positions per tile (read at each call)
+    trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = vocab  # vocabulary columns per tile (passed at each call)
     return True
 
 
