@@ -13,12 +13,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from r3forge.agent.config import PAPER_DEFAULTS
+from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
-from r3forge.agent.grpo import AgentRollout, parse, reward_summary
+from r3forge.agent.grpo import AgentRollout, check_objective, parse, reward_summary
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
+from r3forge.config import parse_config
+from r3forge.errors import ConfigError
 from r3forge.recipes.grpo import main
 from r3forge.retrieval import load_retriever
 
@@ -93,7 +95,13 @@ def loss_and_entropy(trainer, inputs, positions=None):
             handle.remove()
 
 
-def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer):
+@pytest.mark.parametrize(
+    ("loss_type", "level"), [("bnpo", "token"), ("dr_grpo", "token"), ("dapo", "token"), ("bnpo", "sequence")]
+)
+def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer, loss_type, level, monkeypatch):
+    # the paper's objective, Dr. GRPO's and DAPO's aggregations, and GSPO's sequence-level ratios
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "importance_sampling_level", level)
     torch.manual_seed(0)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop; compute_loss reads it
@@ -169,3 +177,25 @@ def test_reward_summary_windows():
     history = [{"step": s, "reward": 0.1 if s <= 10 else 0.3} for s in range(1, 31)]
     assert reward_summary(history) == pytest.approx({"reward_first": 0.1, "reward_last": 0.3, "reward_window": 10,
                                                      "logged_steps": 30})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--loss_type", "ppo"], "flag '--loss_type': 'ppo' is not a loss_type of TRL"),
+        (["--importance_sampling_level", "seq"], "flag '--importance_sampling_level': 'seq'"),
+        (["--loss_type", "luspo"], "loss_type luspo needs importance_sampling_level: sequence"),
+    ],
+)
+def test_an_objective_trl_would_refuse_is_refused_before_anything_loads(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(["--config", "configs/grpo/agent_world_cpu.yaml", *flags], "r3forge grpo")
+
+
+def test_the_objective_variants_parse():
+    for flags, expected in ((["--loss_type", "dr_grpo"], ("dr_grpo", "token")), (["--loss_type", "dapo"], ("dapo", "token")),
+                            (["--importance_sampling_level", "sequence"], ("bnpo", "sequence"))):  # fmt: skip
+        *_, training = parse_config(GRPO_CONFIGS, ["--config", "configs/grpo/agent_world_cpu.yaml", *flags],
+                                    defaults=PAPER_DEFAULTS)  # fmt: skip
+        check_objective(training)  # no error
+        assert (training.loss_type, training.importance_sampling_level) == expected

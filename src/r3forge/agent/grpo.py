@@ -20,7 +20,7 @@ from trl.models import unwrap_model_for_generation
 from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED
 from r3forge.agent.env import SearchEnv
 from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
-from r3forge.config import parse_config
+from r3forge.config import parse_config, where
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
 from r3forge.models import check_models
@@ -147,10 +147,33 @@ def check_trl() -> None:
                           f"<= {TRL_TESTED} (pip install 'trl>=1.10,<={TRL_TESTED}.99')")  # fmt: skip
 
 
+# TRL 1.16's loss aggregations (GRPOConfig.loss_type) and importance-ratio levels; TRL itself only refuses an
+# unknown one at the first loss, after the model loaded and a batch was rolled out
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+IS_LEVELS = {"luspo": "sequence", "vespo": "token"}  # the level each of these requires
+
+
+def check_objective(training: Any) -> None:
+    """Refuse, before anything loads, an objective TRL would refuse later: `loss_type` (`bnpo`, the paper's;
+    `dr_grpo`; `dapo`; ...) and `importance_sampling_level` (`token`; `sequence` is GSPO)."""
+    if training.loss_type not in LOSS_TYPES:
+        raise ConfigError(f"{where(training, 'loss_type')}: {training.loss_type!r} is not a loss_type of TRL "
+                          f"{trl.__version__}; one of {', '.join(LOSS_TYPES)}")  # fmt: skip
+    level = training.importance_sampling_level
+    if level not in ("token", "sequence"):
+        raise ConfigError(f"{where(training, 'importance_sampling_level')}: {level!r}; 'token' (the paper's) "
+                          "or 'sequence' (GSPO)")  # fmt: skip
+    if IS_LEVELS.get(training.loss_type, level) != level:
+        raise ConfigError(f"{where(training, 'loss_type')}: loss_type {training.loss_type} needs "
+                          f"importance_sampling_level: {IS_LEVELS[training.loss_type]}, not {level!r} "
+                          f"({where(training, 'importance_sampling_level')})")  # fmt: skip
+
+
 def parse(argv: list[str], prog: str) -> tuple[Any, ...]:
     """The recipe's configs from `--config` and flags, over the paper's GRPO settings (`PAPER_DEFAULTS`),
-    with every model argument located (`check_models`)."""
+    with the objective checked and every model argument located (`check_models`)."""
     configs = parse_config(GRPO_CONFIGS, argv, prog=prog, defaults=PAPER_DEFAULTS)
+    check_objective(configs[-1])
     check_models(*configs)
     return configs
 
