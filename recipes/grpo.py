@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import torch
 from transformers import set_seed
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
@@ -49,19 +48,14 @@ from r3forge.config import save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_info
-from r3forge.sft.train import bound_cpu_heap, compact_cpu_lm_head, cpu_lm_head_tiles, load_model
+from r3forge.sft.train import apply_cpu_settings, load_model
 
 
 def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConfig, rollout: RolloutConfig,
          model_args: ModelConfig, training: GRPOConfig) -> dict[str, Any]:  # fmt: skip
     """Train, save `final/` and the run files; returns the final metrics."""
     check_trl()
-    if not torch.cuda.is_available():
-        if script.compact_cpu_lm_head:
-            compact_cpu_lm_head()  # the LM head scores the completion tokens only, not the prompt's
-        cpu_lm_head_tiles(script.cpu_lm_head_tile_tokens, script.cpu_lm_head_tile_vocab)  # its memory bounded
-        if script.bound_cpu_heap:
-            bound_cpu_heap()  # freed activations go back to the OS: RSS does not ratchet up over rollouts
+    apply_cpu_settings(script)  # CPU: the LM head on completion tokens in small tiles; optionally the heap
     # before anything loads: a folder of another command or of other settings is refused
     claim_run("grpo", (script, search, env_config, rollout, model_args), training, script.overwrite)
     resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,

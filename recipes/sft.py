@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import set_seed
 from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
@@ -46,10 +45,8 @@ from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_inf
 from r3forge.sft.taskeval import TaskEval, whole_questions
 from r3forge.sft.train import (
     TASK_COLUMNS,
-    bound_cpu_heap,
+    apply_cpu_settings,
     check_deepspeed_launch,
-    compact_cpu_lm_head,
-    cpu_lm_head_tiles,
     distributed_info,
     load_model,
     load_split,
@@ -65,12 +62,7 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
                                 training.save_only_model)  # fmt: skip
     out = Path(training.output_dir)
     check_deepspeed_launch(training)
-    if not torch.cuda.is_available():
-        if script.compact_cpu_lm_head:
-            compact_cpu_lm_head()  # the LM head scores only the completion tokens: ~0.4x the step time
-        cpu_lm_head_tiles(script.cpu_lm_head_tile_tokens, script.cpu_lm_head_tile_vocab)  # its memory bounded
-        if script.bound_cpu_heap:
-            bound_cpu_heap()  # RSS stays flat over variable-length batches, at ~1.3x the step time
+    apply_cpu_settings(script)  # CPU: the LM head on completion tokens in small tiles; optionally the heap
     set_seed(training.seed)
 
     # data: prompt/completion chat rows; the held-out split feeds both eval loss and task metrics

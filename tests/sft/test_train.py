@@ -25,6 +25,22 @@ def fused_model(smollm2_path: Path, monkeypatch: pytest.MonkeyPatch):
     return model
 
 
+def step(model, ids: torch.Tensor, labels: torch.Tensor):
+    """One fused-head forward and backward: the outputs and the LM head's gradient."""
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    out.loss.backward()
+    return out, model.get_output_embeddings().weight.grad.clone()
+
+
+def assert_same_fields(out, grad, ref, ref_grad) -> None:
+    """The loss, the logged per-token fields and the head's gradient agree to float rounding."""
+    torch.testing.assert_close(out.loss, ref.loss, atol=1e-5, rtol=1e-5)
+    for name in ("log_probs", "entropy", "is_top1"):
+        torch.testing.assert_close(getattr(out, name), getattr(ref, name), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad, ref_grad, atol=1e-6, rtol=1e-4)
+
+
 def test_compact_cpu_lm_head_scores_the_labelled_positions_only(fused_model, monkeypatch: pytest.MonkeyPatch):
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, fused_model.config.vocab_size, (2, 40), generator=gen)  # (B, T)
@@ -41,22 +57,13 @@ def test_compact_cpu_lm_head_scores_the_labelled_positions_only(fused_model, mon
 
     monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
 
-    def step():
-        fused_model.zero_grad(set_to_none=True)
-        out = fused_model(input_ids=ids, labels=labels, fused_lm_head=True)
-        out.loss.backward()
-        return out, fused_model.get_output_embeddings().weight.grad.clone()
-
-    every, every_grad = step()
+    every, every_grad = step(fused_model, ids, labels)
     assert compact_cpu_lm_head()
     assert not compact_cpu_lm_head()  # applied once
-    compact, compact_grad = step()
+    compact, compact_grad = step(fused_model, ids, labels)
     labelled = int((labels[:, 1:] != -100).sum())  # 10 + 11 next-token labels
     assert scored == [2 * 39, labelled]
-    torch.testing.assert_close(compact.loss, every.loss, atol=1e-5, rtol=1e-5)
-    for name in ("log_probs", "entropy", "is_top1"):
-        torch.testing.assert_close(getattr(compact, name), getattr(every, name), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(compact_grad, every_grad, atol=1e-6, rtol=1e-4)
+    assert_same_fields(compact, compact_grad, every, every_grad)
     assert trl_utils._use_triton(torch.device("cpu"))
 
 
@@ -78,19 +85,10 @@ def test_cpu_lm_head_tiles_bound_the_tile_and_keep_the_log_probs(
             buffers.append(size[0])
         return empty(*size, **kwargs)
 
-    def step():
-        fused_model.zero_grad(set_to_none=True)
-        out = fused_model(input_ids=ids, labels=labels, fused_lm_head=True)
-        out.loss.backward()
-        return out, fused_model.get_output_embeddings().weight.grad.clone()
-
-    trl_out, trl_grad = step()
+    trl_out, trl_grad = step(fused_model, ids, labels)
     assert cpu_lm_head_tiles(16, 1000)
     monkeypatch.setattr(trl_logprob.torch, "empty", recording)
-    tiled, tiled_grad = step()
+    tiled, tiled_grad = step(fused_model, ids, labels)
     monkeypatch.setattr(trl_logprob.torch, "empty", empty)
     assert buffers and all(b[0] <= 16 and b[1] == 1000 for b in buffers)  # forward and backward tiles
-    torch.testing.assert_close(tiled.loss, trl_out.loss, atol=1e-5, rtol=1e-5)
-    for name in ("log_probs", "entropy", "is_top1"):
-        torch.testing.assert_close(getattr(tiled, name), getattr(trl_out, name), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(tiled_grad, trl_grad, atol=1e-6, rtol=1e-4)
+    assert_same_fields(tiled, tiled_grad, trl_out, trl_grad)

@@ -134,6 +134,21 @@ def cpu_lm_head_tiles(tokens: int, vocab: int) -> bool:
     return True
 
 
+def apply_cpu_settings(script: Any) -> None:
+    """Without CUDA, a training script's CPU settings (the SFT and GRPO scripts' fields of these names):
+    `compact_cpu_lm_head` (the head scores only the completion tokens: ~0.4x the SFT step time, and less
+    memory), `cpu_lm_head_tile_tokens` / `cpu_lm_head_tile_vocab` (the head's tile, so its memory stays
+    bounded) and `bound_cpu_heap` (RSS stays flat over variable-length batches and rollouts, at ~1.1-1.3x the
+    step time). Process-wide; nothing on a CUDA machine."""
+    if torch.cuda.is_available():
+        return
+    if script.compact_cpu_lm_head:
+        compact_cpu_lm_head()
+    cpu_lm_head_tiles(script.cpu_lm_head_tile_tokens, script.cpu_lm_head_tile_vocab)
+    if script.bound_cpu_heap:
+        bound_cpu_heap()
+
+
 def check_deepspeed_launch(training: SFTConfig) -> None:
     """Under `accelerate launch --config_file configs/accelerate/zero*.yaml` (ACCELERATE_USE_DEEPSPEED), refuse
     before loading anything the two settings that stop a DeepSpeed run later with a cryptic error: a mixed
