@@ -92,6 +92,7 @@ CASES = [
     (f"{GRPO} --dataset {{d}}/qa.jsonl --num_generations 0", ("'--num_generations': must be >= 1",)),
     (f"{GRPO} --dataset {{d}}/qa.jsonl --heldout_fraction 1.5", ("'--heldout_fraction': must be in [0, 1]",)),
     (f"{GRPO} --dataset {{d}}/qa.jsonl --max_completion_length 0", ("'--max_completion_length': must be >= 1",)),
+    (f"{GRPO} --dataset {{d}}/qa.jsonl --rollout_loop fast", ("--rollout_loop", "invalid choice: 'fast'", "'async'")),
     (f"{REWRITE} --top_k 0", ("flag '--top_k': must be >= 1",)),
     (f"{REWRITE} --max_questions -1", ("flag '--max_questions': must be >= 1 or unset",)),
     (f"{INDEX} --kind dense --batch_size 0", ("flag '--batch_size': must be >= 1",)),

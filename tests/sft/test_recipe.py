@@ -45,7 +45,10 @@ def configs(data: Path, out: Path, *extra: str):
     argv = ["--dataset", str(data), "--task", "verbal", "--output_dir", str(out), "--bf16", "false"]
     argv += ["--max_steps", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
     argv += ["--learning_rate", "1e-3", "--max_length", "128", "--report_to", "none", "--save_steps", "1"]
-    argv += ["--save_total_limit", "1"]  # a full checkpoint of the 135M model with Adam state is 1.6 GB of disk
+    argv += [
+        "--save_total_limit",
+        "1",
+    ]  # a full checkpoint of the 135M model with Adam state is 1.6 GB of disk
     argv += ["--logging_steps", "1", "--task_eval_samples", "3", "--task_eval_max_new_tokens", "16"]
     argv += ["--gradient_checkpointing", "false", "--use_cpu", "true", *extra]
     return parse_config(SFT_CONFIGS, argv)

@@ -23,10 +23,11 @@ from typing import Any, Literal
 
 import torch
 
+from r3forge.agent.async_rollout import roll_out
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.reward import answer_reward_one, parse_completion
-from r3forge.agent.rollout import HFPolicy, Policy, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
+from r3forge.agent.rollout import HFPolicy, Policy, RolloutConfig, VLLMPolicy, encode_prompt
 from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.config import save_config
 from r3forge.data.jsonio import write_json, write_jsonl
@@ -148,7 +149,7 @@ def main(
         for begin in range(0, len(rows), config.batch_size):
             chunk = rows[begin : begin + config.batch_size]
             ids = [encode_prompt(tokenizer, r["prompt"]) for r in chunk]
-            for row, r in zip(chunk, run_rollouts(ids, policy, env, tokenizer, rollout, config.max_completion_tokens),
+            for row, r in zip(chunk, roll_out(ids, policy, env, tokenizer, rollout, config.max_completion_tokens),
                               strict=True):  # fmt: skip
                 text = tokenizer.decode(r.completion_ids, skip_special_tokens=True)
                 scored.append({"id": row["id"], "question": row["question"], "answers": row["answers"],

