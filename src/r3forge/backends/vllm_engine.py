@@ -52,6 +52,12 @@ class VLLMEngineConfig:
         default=0.85, metadata={"help": "Fraction of GPU memory vLLM may use (GPU builds)."}
     )
     cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV-cache size on CPU builds (GiB)."})
+    logprobs_mode: str = field(
+        default="raw_logprobs",
+        metadata={"help": "vLLM's logprobs_mode: raw_logprobs (the model's distribution, as on the other "
+                  "backends) or processed_logprobs (after temperature and top-p: the sampling distribution an "
+                  "RL trainer's importance correction compares with)."},
+    )  # fmt: skip
     enforce_eager: bool = field(
         default=True, metadata={"help": "Skip CUDA-graph capture / compilation (fast start, small models)."}
     )
@@ -97,7 +103,7 @@ class VLLMEngineBackend:
             dtype=dtype,
             max_model_len=cfg.max_model_len,
             max_logprobs=cfg.max_logprobs,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode=cfg.logprobs_mode,
             tensor_parallel_size=cfg.tensor_parallel_size,
             enforce_eager=cfg.enforce_eager,
             seed=cfg.seed,
