@@ -134,7 +134,7 @@ def test_vllm_step_policy_equals_the_batch_call_greedy(world, smol, smollm2_path
         sync = run_rollouts(
             ids, VLLMPolicy(engine.llm, tok.eos_token_id, temperature=0.0), env, tok, config, 160
         )
-        stepper = VLLMStepPolicy(engine.llm.llm_engine, tok.eos_token_id, temperature=0.0)
+        stepper = VLLMStepPolicy(VLLMPolicy(engine.llm, tok.eos_token_id, temperature=0.0))
         rollouts = run_rollouts_async(ids, stepper, env, tok, config, 160)
     finally:
         engine.close()

@@ -104,7 +104,7 @@ def main() -> None:
             t_sync, e_sync = time.perf_counter() - start, env.seconds
 
             env = DelayedEnv(base, a.env_delay_s)
-            stepper = VLLMStepPolicy(llm.llm_engine, tok.eos_token_id)
+            stepper = VLLMStepPolicy(VLLMPolicy(llm, tok.eos_token_id))
             start = time.perf_counter()
             rollouts = run_rollouts_async(prompts, stepper, env, tok, config, a.max_completion_tokens)
             t_async, e_async = time.perf_counter() - start, env.seconds

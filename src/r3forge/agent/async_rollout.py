@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 from r3forge.agent.env import Observation, SearchEnv
 from r3forge.agent.rollout import (
-    STOP,
     Encoder,
     Policy,
     Rollout,
@@ -86,10 +85,10 @@ class VLLMStepPolicy:
     """Continuous batching on a vLLM v1 `LLMEngine`: each turn is one request, added while others run;
     `step()` runs in a worker thread, and a finished request resolves its rollout's turn at once.
 
-    Sampling logprobs come back with each token (`logprobs=0`: the sampled token's), as in `VLLMPolicy`."""
+    Sampling and the returned turns (sampled token's logprob) are `VLLMPolicy`'s."""
 
-    def __init__(self, engine: Any, eos_id: int, temperature: float = 1.0, top_p: float = 1.0):
-        self.engine, self.eos_id, self.temperature, self.top_p = engine, eos_id, temperature, top_p
+    def __init__(self, policy: VLLMPolicy):
+        self.policy, self.engine = policy, policy.llm.llm_engine
         self.waiting: list[tuple[str, list[int], int]] = []
         self.futures: dict[str, asyncio.Future] = {}
         self.driver: asyncio.Task | None = None
@@ -105,36 +104,24 @@ class VLLMStepPolicy:
             self.driver = asyncio.create_task(self._drive())
         return await future
 
-    def _params(self, max_new_tokens: int) -> Any:
-        from vllm import SamplingParams  # only on this path (vLLM installed)
-
-        return SamplingParams(n=1, temperature=self.temperature, top_p=self.top_p, max_tokens=max_new_tokens,
-                              stop=list(STOP), include_stop_str_in_output=True, logprobs=0)  # fmt: skip
-
     async def _drive(self) -> None:
         try:
             while self.waiting or self.engine.has_unfinished_requests():
                 for request_id, prompt, n in self.waiting:  # added between steps, never during one
-                    self.engine.add_request(request_id, {"prompt_token_ids": list(prompt)}, self._params(n))
+                    prompt_ids = {"prompt_token_ids": list(prompt)}
+                    self.engine.add_request(request_id, prompt_ids, self.policy.params(n))
                 self.waiting = []
                 outputs = await asyncio.to_thread(self.engine.step)
                 self.steps += 1
                 for o in outputs:
                     if o.finished and o.request_id in self.futures:
-                        self.futures.pop(o.request_id).set_result(self._turn(o.outputs[0]))
+                        self.futures.pop(o.request_id).set_result(self.policy.turn(o.outputs[0]))
         except Exception as e:  # the engine failed: every rollout waiting on it sees why
             for future in self.futures.values():
                 if not future.done():
                     future.set_exception(e)
             self.futures.clear()
             raise
-
-    def _turn(self, c: Any) -> Turn:
-        ids = list(c.token_ids)
-        lps = [step[t].logprob for step, t in zip(c.logprobs, ids, strict=True)]
-        if ids and ids[-1] == self.eos_id:
-            return Turn(ids, lps, "eos")
-        return Turn(ids, lps, "stop" if c.finish_reason == "stop" else "length")
 
 
 class EnvBatcher:
@@ -226,9 +213,5 @@ def roll_out(
     vllm = isinstance(policy, VLLMPolicy)
     if config.rollout_loop == "sync" or (config.rollout_loop == "auto" and not vllm):
         return run_rollouts(prompt_ids, policy, env, tokenizer, config, max_completion_tokens)
-    if vllm:
-        engine = policy.llm.llm_engine
-        async_policy: AsyncPolicy = VLLMStepPolicy(engine, policy.eos_id, policy.temperature, policy.top_p)
-    else:
-        async_policy = BatchedPolicy(policy)
+    async_policy: AsyncPolicy = VLLMStepPolicy(policy) if vllm else BatchedPolicy(policy)
     return run_rollouts_async(prompt_ids, async_policy, env, tokenizer, config, max_completion_tokens)

@@ -187,24 +187,25 @@ class VLLMPolicy:
     def __init__(self, llm: Any, eos_id: int, temperature: float = 1.0, top_p: float = 1.0):
         self.llm, self.eos_id, self.temperature, self.top_p = llm, eos_id, temperature, top_p
 
-    def generate(self, prompts: Sequence[list[int]], max_new_tokens: int) -> list[Turn]:
+    def params(self, max_new_tokens: int) -> Any:
+        """One turn's sampling: stop after a closing tag (kept), the sampled token's logprob."""
         from vllm import SamplingParams  # only on this path (vLLM installed)
 
-        params = SamplingParams(n=1, temperature=self.temperature, top_p=self.top_p, max_tokens=max_new_tokens,
-                                stop=list(STOP), include_stop_str_in_output=True, logprobs=0)  # fmt: skip
+        return SamplingParams(n=1, temperature=self.temperature, top_p=self.top_p, max_tokens=max_new_tokens,
+                              stop=list(STOP), include_stop_str_in_output=True, logprobs=0)  # fmt: skip
+
+    def turn(self, c: Any) -> Turn:
+        """A vLLM `CompletionOutput` as a `Turn`."""
+        ids = list(c.token_ids)
+        lps = [step[t].logprob for step, t in zip(c.logprobs, ids, strict=True)]
+        if ids and ids[-1] == self.eos_id:
+            return Turn(ids, lps, "eos")
+        return Turn(ids, lps, "stop" if c.finish_reason == "stop" else "length")
+
+    def generate(self, prompts: Sequence[list[int]], max_new_tokens: int) -> list[Turn]:
+        params = self.params(max_new_tokens)
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
-        turns = []
-        for o in outputs:
-            c = o.outputs[0]
-            ids = list(c.token_ids)
-            lps = [step[t].logprob for step, t in zip(c.logprobs, ids, strict=True)]
-            finish = (
-                "eos"
-                if ids and ids[-1] == self.eos_id
-                else ("stop" if c.finish_reason == "stop" else "length")
-            )
-            turns.append(Turn(ids, lps, finish))
-        return turns
+        return [self.turn(o.outputs[0]) for o in outputs]
 
 
 def turn_action(text: str) -> tuple[str, str]:
