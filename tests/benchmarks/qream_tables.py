@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.orientation import s_orient
 from r3forge.metrics.qa import exact_match, normalize_answer
+from r3forge.metrics.stats import paired_bootstrap
 from r3forge.models import resolve_model
 from r3forge.qream.pipeline import select_all
 
@@ -54,18 +54,6 @@ def em(candidate: dict) -> float:
 
 def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-def paired_bootstrap(a: list[float], b: list[float], samples: int = 2000) -> tuple[float, float, float]:
-    """Mean of b - a over paired questions and its 95% percentile interval (seeded resampling).
-
-    >>> paired_bootstrap([0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
-    (1.0, 1.0, 1.0)
-    """
-    diffs = [y - x for x, y in zip(a, b, strict=True)]
-    rng = random.Random(0)
-    means = sorted(sum(rng.choices(diffs, k=len(diffs))) / len(diffs) for _ in range(samples))
-    return mean(diffs), means[int(0.025 * samples)], means[int(0.975 * samples) - 1]
 
 
 def judges_table(r: Path) -> None:
