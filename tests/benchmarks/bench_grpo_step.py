@@ -3,7 +3,8 @@ and the retriever/reranker calls that de-duplicating a turn's queries saves.
 
     .venv/bin/python tests/benchmarks/bench_grpo_step.py --model runs/sft/agent_warmstart_cpu/final \\
         --questions data/synth_world/questions.jsonl --index indexes/world-bm25 [--steps 6]
-        [--reranker_url http://127.0.0.1:8000/v1 --reranker_model NAME]
+        [--reranker_url http://127.0.0.1:8000/v1 --reranker_model NAME] [--rollout_engine vllm]
+        [--single_turn_hf true] [--env_delay_s 0.5]
 
 Baseline ("TRL single-turn"): `GRPOTrainer` without a rollout_func, the same model, prompts, G, batch and
 optimizer (gradient checkpointing off in both, as in the CPU recipe config), each completion forced to the
@@ -15,6 +16,16 @@ loss/backward/optimizer rest,
 generated tokens per step, the ratio agent / single-turn of seconds per generated token (target <= 1.3),
 and the share of queries, retrievals and reranker pairs de-duplication saved.
 Without --reranker_url the observations are raw documents (no reranker cost in the agent arm).
+
+`--rollout_engine vllm` generates both arms on r3forge's own vLLM engine (`agent/policy_engine.py`, the
+trainer's weights pushed before each step's rollouts, TRL's importance-sampling correction on): the agent
+arm through the recipe's async loop, the single-turn arm through a rollout_func that samples each prompt's
+completion in one `generate` call on the same engine (forced to the same length), i.e. TRL's single-turn
+GRPO with its generation on that engine. `--single_turn_hf true` adds TRL's own single-turn arm
+(transformers `generate`) as a third, for the ratio against the historical baseline. `--env_delay_s D`
+adds D seconds to every environment call (a stand-in for a remote reranker's latency, named as such in the
+output); with the vLLM engine the output then says how much of the environment's time the engine spent
+stepping other rollouts (`env_overlapped_share`: 1.0 = all of it hidden behind generation).
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import argparse
 import json
 import tempfile
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 import datasets
@@ -33,8 +44,9 @@ from trl import GRPOConfig, GRPOTrainer
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout
+from r3forge.agent.policy_engine import PolicyEngine
 from r3forge.agent.reward import answer_reward
-from r3forge.agent.rollout import RolloutConfig
+from r3forge.agent.rollout import RolloutConfig, encode_prompt
 from r3forge.models import resolve_model
 
 
@@ -47,6 +59,74 @@ class StepTimer(TrainerCallback):
         now = time.perf_counter()
         self.times.append(now - self.last)
         self.last = now
+
+
+class DelayedEnv:
+    """The recipe's SearchEnv with a fixed delay per `observe` call (latency of a remote reranker, without
+    its compute); the call spans are kept to measure their overlap with the engine's steps."""
+
+    def __init__(self, env, delay: float):
+        self.env, self.delay, self.spans = env, delay, []
+
+    def __getattr__(self, name):  # counters, seconds, ...: the wrapped environment's
+        return getattr(self.env, name)
+
+    def observe(self, queries):
+        start = time.perf_counter()
+        time.sleep(self.delay)
+        out = self.env.observe(queries)
+        self.env.seconds += self.delay
+        self.spans.append((start, time.perf_counter()))
+        return out
+
+
+def record_steps(engine: PolicyEngine) -> list[tuple[float, float]]:
+    """Wrap the engine's `step` so that each call's span is recorded (the async loop calls it per batch)."""
+    inner, spans = engine.llm.llm_engine.step, []
+
+    def step(*args, **kwargs):
+        start = time.perf_counter()
+        out = inner(*args, **kwargs)
+        spans.append((start, time.perf_counter()))
+        return out
+
+    engine.llm.llm_engine.step = step
+    return spans
+
+
+def overlap(env_spans: list[tuple[float, float]], gen_spans: list[tuple[float, float]]) -> float:
+    """Share of the environment's seconds during which the engine was stepping."""
+    total = sum(e - s for s, e in env_spans)
+    hidden = sum(max(0.0, min(e, ge) - max(s, gs)) for s, e in env_spans for gs, ge in gen_spans)
+    return hidden / total if total else 0.0
+
+
+class SingleTurnOnEngine:
+    """TRL's single-turn GRPO with its generation on the `PolicyEngine`: one `generate` call per step, every
+    completion forced to `length` tokens, the sampling logprobs returned for TRL's correction."""
+
+    def __init__(self, tok, length: int):
+        self.tok, self.length = tok, length
+
+    def __call__(self, prompts, trainer):
+        from vllm import SamplingParams
+
+        ids = [encode_prompt(self.tok, p) for p in prompts]
+        params = SamplingParams(temperature=trainer.args.temperature, max_tokens=self.length,
+                                min_tokens=self.length, ignore_eos=True, logprobs=0)  # fmt: skip
+        outs = trainer.vllm_generation.llm.generate(
+            [{"prompt_token_ids": i} for i in ids], params, use_tqdm=False
+        )
+        done = [o.outputs[0] for o in outs]
+        return {"prompt_ids": ids, "completion_ids": [list(c.token_ids) for c in done],
+                "logprobs": [[s[t].logprob for s, t in zip(c.logprobs, c.token_ids, strict=True)] for c in done]}  # fmt: skip
+
+
+def on_engine(trainer: GRPOTrainer, stack: ExitStack, path: str) -> PolicyEngine:
+    """The recipe's wiring of `rollout_engine: vllm` (recipes/grpo.py)."""
+    engine = stack.enter_context(closing(PolicyEngine(trainer.model, path, 2048, 2, seed=0)))
+    trainer.vllm_generation, trainer.use_vllm, trainer._last_loaded_step = engine, True, 0
+    return engine
 
 
 def common_args(out: Path, steps: int, completion: int, **kw) -> GRPOConfig:
@@ -89,6 +169,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--reranker_url", default="")
     p.add_argument("--reranker_model", default="")
+    p.add_argument("--rollout_engine", choices=["trainer", "vllm"], default="trainer")
+    p.add_argument("--single_turn_hf", choices=["true", "false"], default="false")
+    p.add_argument("--env_delay_s", type=float, default=0.0)
     a = p.parse_args()
     path = resolve_model(a.model)
     rows = load_agent_rows(
@@ -100,43 +183,64 @@ def main() -> None:
                         doc_max_words=30)  # fmt: skip
     search = SearchConfig(index=a.index, reranker_base_url=a.reranker_url or "http://unused",
                           reranker_model=a.reranker_model or "unused", reranker_max_tokens=64)  # fmt: skip
+    vllm = a.rollout_engine == "vllm"
+    out: dict = {"rollout_engine": a.rollout_engine, "steps_timed": a.steps - 1, "rollouts_per_step": 8,
+                 "env_delay_s (stand-in for a remote reranker's latency)": a.env_delay_s}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         tok = AutoTokenizer.from_pretrained(path)
         set_seed(0)
-        env = open_env(stack, search, env_cfg)
+        env = DelayedEnv(open_env(stack, search, env_cfg), a.env_delay_s)
         agent = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[answer_reward],
                             args=common_args(Path(tmp) / "agent", a.steps, 400), train_dataset=data,
                             processing_class=tok, rollout_func=AgentRollout(env, tok, rollout_cfg, 16))  # fmt: skip
-        agent_s, agent_generate_s, agent_logs = run(agent)
+        with ExitStack() as arm:  # the arm's engine is closed before the next arm starts its own
+            steps = record_steps(on_engine(agent, arm, path)) if vllm else []
+            agent_s, agent_generate_s, agent_logs = run(agent)
         generated = mean(agent_logs[1:], "completions/mean_length")  # policy tokens
         counters = env.counters.as_dict()
         length = max(1, round(generated))
-        set_seed(0)
-        single = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[answer_reward],
-                             args=common_args(Path(tmp) / "single", a.steps, length,
-                                              generation_kwargs={"min_new_tokens": length}),
-                             train_dataset=data, processing_class=tok)  # fmt: skip
-        single_s, single_generate_s, single_logs = run(single)
-        single_tokens = mean(single_logs[1:], "completions/mean_length")
-    per_token_ratio = (agent_s / generated) / (single_s / single_tokens)
+        out |= {
+            "agent_s_per_step": round(agent_s, 2), "agent_generated_tokens_per_rollout": round(generated, 1),
+            "agent_breakdown_s": {"rollout": round(mean(agent_logs[1:], "agent/rollout_s"), 2),
+                                  "of_which_env": round(mean(agent_logs[1:], "agent/env_s"), 2),
+                                  "generate_and_score": round(agent_generate_s, 2),
+                                  "loss_backward_optimizer": round(agent_s - agent_generate_s, 2)},
+            "agent_tokens_per_rollout_incl_masked":
+                round(generated / (1 - mean(agent_logs[1:], "agent/masked_fraction")), 1),
+        }  # fmt: skip
+        if vllm:
+            out["env_overlapped_share"] = round(overlap(env.spans, steps), 3)
+            out["agent_sampling_logp_difference_mean"] = mean(
+                agent_logs[1:], "sampling/sampling_logp_difference/mean"
+            )
+        arms = [("single_turn", a.rollout_engine)] + (
+            [("single_turn_hf", "trainer")] if a.single_turn_hf == "true" and vllm else []
+        )
+        del agent
+        for name, engine in arms:
+            set_seed(0)
+            on = engine == "vllm"
+            kw = {} if on else {"generation_kwargs": {"min_new_tokens": length}}
+            single = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[answer_reward],
+                                 args=common_args(Path(tmp) / name, a.steps, length, **kw), train_dataset=data,
+                                 processing_class=tok, rollout_func=SingleTurnOnEngine(tok, length) if on else None)  # fmt: skip
+            with ExitStack() as arm:
+                if on:
+                    on_engine(single, arm, path)
+                single_s, single_generate_s, single_logs = run(single)
+            single_tokens = mean(single_logs[1:], "completions/mean_length")
+            ratio = (agent_s / generated) / (single_s / single_tokens)
+            out |= {f"{name}_s_per_step": round(single_s, 2), f"{name}_tokens_per_rollout": round(single_tokens, 1),
+                    f"{name}_breakdown_s": {"generate_and_score": round(single_generate_s, 2),
+                                            "loss_backward_optimizer": round(single_s - single_generate_s, 2)},
+                    f"ratio_s_per_generated_token_agent_vs_{name}": round(ratio, 3)}  # fmt: skip
+            del single
     queries, unique = counters["queries"], counters["unique_queries"]
-    print(json.dumps({
-        "steps_timed": a.steps - 1, "rollouts_per_step": 8,
-        "agent_s_per_step": round(agent_s, 2), "agent_generated_tokens_per_rollout": round(generated, 1),
-        "agent_breakdown_s": {"rollout": round(mean(agent_logs[1:], "agent/rollout_s"), 2),
-                              "of_which_env": round(mean(agent_logs[1:], "agent/env_s"), 2),
-                              "generate_and_score": round(agent_generate_s, 2),
-                              "loss_backward_optimizer": round(agent_s - agent_generate_s, 2)},
-        "agent_tokens_per_rollout_incl_masked": round(generated / (1 - mean(agent_logs[1:], "agent/masked_fraction")), 1),
-        "single_turn_s_per_step": round(single_s, 2), "single_turn_tokens_per_rollout": round(single_tokens, 1),
-        "single_turn_breakdown_s": {"generate_and_score": round(single_generate_s, 2),
-                                    "loss_backward_optimizer": round(single_s - single_generate_s, 2)},
-        "ratio_s_per_generated_token_agent_vs_single_turn": round(per_token_ratio, 3),
-        "queries": queries, "unique_queries": unique,
-        "dedup_saved_share": round(1 - unique / queries, 3) if queries else None,
-        "reranker_pairs": counters["reranker_pairs"],
-        "reranker_pairs_without_dedup": counters["reranker_pairs_requested"] if a.reranker_url else None,
-    }, indent=1))  # fmt: skip
+    out |= {"queries": queries, "unique_queries": unique,
+            "dedup_saved_share": round(1 - unique / queries, 3) if queries else None,
+            "reranker_pairs": counters["reranker_pairs"],
+            "reranker_pairs_without_dedup": counters["reranker_pairs_requested"] if a.reranker_url else None}  # fmt: skip
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""The tables and the reward-curve plot of tests/benchmarks/bench_agent_grpo_learning.sh, from its run folder.
+
+    .venv/bin/python tests/benchmarks/agent_learning_tables.py runs/bench_agent_learning
+
+Per arm (observation verbal / raw): the held-out EM, F1, searches per question, RA-R and CUE-R of its warm
+start and of its GRPO checkpoint (greedy, the same questions), the gain after - before with a paired
+bootstrap 95% interval over the questions, and the verbal - raw difference of the GRPO checkpoints (paired
+the same way). The training reward per step of both arms (and its 8-step moving mean) goes to
+RUN_DIR/reward_curves.png.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from r3forge.metrics.stats import paired_bootstrap
+
+ARMS = ("verbal", "raw")
+COLS = ("em", "f1", "searches_per_question", "ra_r", "cue_r")
+
+
+def rows(d: Path) -> dict[str, dict]:
+    return {r["id"]: r for r in map(json.loads, (d / "rows.jsonl").read_text().splitlines())}
+
+
+def cell(a: dict[str, dict], b: dict[str, dict], key: str) -> str:
+    ids = sorted(set(a) & set(b))
+    gain, low, high = paired_bootstrap([float(a[i][key]) for i in ids], [float(b[i][key]) for i in ids])
+    return f"{gain:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def table(r: Path) -> None:
+    done = [o for o in ARMS if (r / f"eval_{o}_after" / "summary.json").is_file()]
+    print("\n### Held-out EM/F1 before and after GRPO (greedy)\n")
+    print("| observation | checkpoint | questions | " + " | ".join(COLS) + " |")
+    print("|---" * (len(COLS) + 3) + "|")
+    for o in done:
+        for when in ("before", "after"):
+            s = json.loads((r / f"eval_{o}_{when}" / "summary.json").read_text())
+            name = "warm start" if when == "before" else f"GRPO ({steps(r, o)} steps)"
+            vals = " | ".join(f"{s[c]:.3f}" if s[c] == s[c] else "-" for c in COLS)
+            print(f"| {o} | {name} | {s['questions']} | {vals} |")
+        before, after = rows(r / f"eval_{o}_before"), rows(r / f"eval_{o}_after")
+        print(f"| {o} | **after - before** (paired 95% CI) | {len(set(before) & set(after))} | "
+              f"{cell(before, after, 'em')} | {cell(before, after, 'f1')} | | | |")  # fmt: skip
+    if len(done) == 2:
+        raw, verbal = rows(r / "eval_raw_after"), rows(r / "eval_verbal_after")
+        print(f"| verbal - raw | after GRPO (paired 95% CI) | {len(set(raw) & set(verbal))} | "
+              f"{cell(raw, verbal, 'em')} | {cell(raw, verbal, 'f1')} | | | |")  # fmt: skip
+    for o in done:
+        m = json.loads((r / f"grpo_{o}" / "final_metrics.json").read_text())
+        print(f"\n{o}: training reward, first {m['reward_window']} steps {m['reward_first']:.3f} -> last "
+              f"{m['reward_window']} {m['reward_last']:.3f}; {m['train_runtime']:.0f} s; environment "
+              f"{m['env']['queries']} queries ({m['env']['unique_queries']} unique)")  # fmt: skip
+
+
+def steps(r: Path, o: str) -> int:
+    return json.loads((r / f"grpo_{o}" / "final_metrics.json").read_text())["logged_steps"]
+
+
+def plot(r: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for o in ARMS:
+        path = r / f"grpo_{o}" / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        logged = [x for x in map(json.loads, path.read_text().splitlines()) if "reward" in x]
+        xs, ys = [x["step"] for x in logged], [x["reward"] for x in logged]
+        line = ax.plot(xs, ys, alpha=0.35, label=f"{o} (per step)")[0]
+        smooth = [sum(ys[max(0, i - 7) : i + 1]) / len(ys[max(0, i - 7) : i + 1]) for i in range(len(ys))]
+        ax.plot(xs, smooth, color=line.get_color(), label=f"{o} (8-step mean)")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("mean reward (EM + format)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(r / "reward_curves.png", dpi=120)
+    print(f"\nreward curves: {r / 'reward_curves.png'}")
+
+
+if __name__ == "__main__":
+    run = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/bench_agent_learning")
+    table(run)
+    plot(run)
