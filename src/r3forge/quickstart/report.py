@@ -216,7 +216,7 @@ def agent_section(run: Path) -> list[str]:
     if before and after and all(before.get(k) == after.get(k) for k, _ in AGENT_COLUMNS):
         lines += ["", "Before and after agree on every column: a few CPU steps at this learning rate do not move "
                   "greedy decoding. The 32-step CPU recipe (`r3forge grpo --config "
-                  "configs/grpo/agent_world_cpu.yaml`, about 45 min on 2 cores) is the longer run."]  # fmt: skip
+                  "configs/grpo/agent_world_cpu.yaml`, about 26 min on 2 cores) is the longer run."]  # fmt: skip
     metrics = read_jsonl(run / "grpo" / "metrics.jsonl")
     masked = [m["agent/masked_fraction"] for m in metrics if "agent/masked_fraction" in m]
     if final:
