@@ -30,11 +30,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.metrics.efficiency import input_tokens
-from r3forge.metrics.orientation import s_orient
+from r3forge.metrics.orientation import r_inc, s_orient
 from r3forge.metrics.qa import exact_match, normalize_answer
 from r3forge.metrics.stats import paired_bootstrap
 from r3forge.models import resolve_model
+from r3forge.qream.judge_probe import sentences
 from r3forge.qream.pipeline import select_all
+from r3forge.qream.score import lexical_support
 
 DATASETS = ("hotpotqa", "world")
 
@@ -171,21 +173,25 @@ def heldout_table(r: Path, model, tokenizer) -> None:
         base_f1 = mean([a[3] for a in arms["r_raw"]])
         base_tk = mean(input_tokens([a[1] for a in arms["r_raw"]], tokenizer))
         print(f"\n### Held-out {d} ({len(questions)} questions; reader: SmolLM2-135M, two demos)\n")
-        print("| evidence | EM | F1 | F1 / raw | TK | TK / raw | s_orient |")
-        print("|---|---|---|---|---|---|---|")
+        raw_of = {a[0]: a[1] for a in arms["r_raw"]}
+        print("| evidence | EM | F1 | F1 / raw | TK | TK / raw | s_orient | r_inc (sentences, lexical) |")
+        print("|---|---|---|---|---|---|---|---|")
         for name, arm in arms.items():
             tk = mean(input_tokens([a[1] for a in arm], tokenizer))
             orient = mean(
                 s_orient(model, tokenizer, [a[1] for a in arm], [questions.get(a[0], "") for a in arm])
             )
+            inc = mean([r_inc([lexical_support(f, raw_of[a[0]]) for f in sentences(a[1])]) for a in arm])
             f1 = mean([a[3] for a in arm])
             print(f"| {name} | {mean([a[2] for a in arm]):.3f} | {f1:.3f} | {f1 / base_f1 if base_f1 else float('nan'):.2f} | "
-                  f"{tk:.0f} | {tk / base_tk:.2f} | {orient:.3f} |")  # fmt: skip
+                  f"{tk:.0f} | {tk / base_tk:.2f} | {orient:.3f} | {inc:.3f} |")  # fmt: skip
         gain, low, high = paired_bootstrap([x["f1_raw"] for x in ft], [x["f1_rewrite"] for x in ft])
         print(f"\nStudent F1 - r_raw F1, paired bootstrap 95%: {gain:+.3f} [{low:+.3f}, {high:+.3f}]; "
               f"rewritten {sum(x['rewrite'] is not None for x in ft)} of {len(ft)} (the rest fall back to r_raw).")  # fmt: skip
         print(
-            "\n(EM of the extractive and golden rows: S_perf = 1, the reader's F1 of 1.0; their F1 is S_perf.)"
+            "\n(EM of the extractive and golden rows: S_perf = 1, the reader's F1 of 1.0; their F1 is S_perf. "
+            "r_inc here: the share of the evidence's sentences of 5+ words that the lexical judge does not find "
+            "in r_raw, an offline stand-in for the LLM fact extractor + judge.)"
         )
 
 
