@@ -35,7 +35,7 @@ step() { echo "== $(date +%T) $1" >&2; }
 [ -d "$R/ws_raw_sft/final" ] || { step ws-raw-sft; $B sft --config configs/sft/agent_warmstart_cpu.yaml --dataset "$R/ws_raw.jsonl" --model_name_or_path smollm2-135m-instruct --output_dir "$R/ws_raw_sft" --resume_from_checkpoint auto; }
 for o in verbal raw; do
   [ $o = verbal ] && WS="$QS/warmstart-sft/final" || WS="$R/ws_raw_sft/final"
-  [ $o = verbal ] && OBS="--observation verbal $RR --reranker_serve true" || OBS="--observation raw"
+  [ $o = verbal ] && OBS="--observation verbal $RR --reranker_serve true" || OBS="--observation raw $RR"  # the config names a reranker; raw never calls it
   EV="--config configs/eval/agent_world_cpu.yaml --dataset $Q $ENV $OBS --max_questions $HELDOUT_Q"
   # shellcheck disable=SC2086
   [ -f "$R/eval_${o}_before/summary.json" ] || { step "eval-$o-before"; $B eval agent $EV --model "$WS" --output_dir "$R/eval_${o}_before"; }
