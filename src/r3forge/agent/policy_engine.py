@@ -87,3 +87,11 @@ class PolicyEngine:
     def close(self) -> None:
         self.backend.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def take_trl_slot(trainer: Any, engine: PolicyEngine) -> None:
+    """Put `engine` where TRL keeps its colocated engine, so that TRL pushes the weights when the step
+    changes (`sync_weights`) and applies its importance-sampling correction to the engine's logprobs."""
+    trainer.vllm_generation = engine
+    trainer.use_vllm = True
+    trainer._last_loaded_step = 0  # the engine starts from the initial weights
