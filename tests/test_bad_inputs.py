@@ -107,6 +107,8 @@ CASES = [
     (f"{FILTER} --samples 0", ("flag '--samples': must be >= 1",)),
     (f"{WARMSTART} --max_questions 0", ("flag '--max_questions': must be >= 1",)),
     (f"{AGENT} --batch_size 0", ("flag '--batch_size': must be >= 1",)),
+    (f"{AGENT} --reranker_backend extractive --reranker_serve true", ("reranker_serve: the extractive reranker is no model",)),
+    (f"{AGENT} --reranker_backend oracle", ("--reranker_backend", "invalid choice: 'oracle'", "'extractive'")),
     (f"{TTS} --samples 0", ("flag '--samples': must be >= 1",)),
     ("quickstart --grpo_steps 0", ("flag '--grpo_steps': must be >= 1",)),
     ("quickstart --rag_questions -1", ("flag '--rag_questions': must be >= 1",)),

@@ -104,3 +104,19 @@ def test_tags_inside_documents_can_neither_close_the_observation_nor_answer(inje
         (r,) = run_rollouts([prompt], policy, injection_env, tok, config, 400)
         text = tok.decode(r.completion_ids, skip_special_tokens=True)
         assert answer_reward([text], answers=[[gold]]) == [pytest.approx(reward)], text
+
+
+def test_extractive_stand_in_observations_keep_the_evidence(world):
+    """`reranker_backend: extractive` loads no model (reranker_model is never looked at) and its verbal
+    observation quotes the retrieved passage's sentence that matches the question."""
+    question = json.loads(world["questions"].read_text().splitlines()[0])
+    search = SearchConfig(
+        index=str(world["index"]), reranker_backend="extractive", reranker_model="no/such-model"
+    )
+    with ExitStack() as stack:
+        env = open_env(stack, search, EnvConfig(num_retrieve=3, num_shown=2, doc_max_words=30))
+        obs = env.observe([question["question"]])[0]
+    assert obs.text.startswith('[Doc 1] It states that "') and "(Relevance score: " in obs.text
+    assert obs.scores == sorted(obs.scores, reverse=True) and env.counters.reranker_pairs == 3
+    with pytest.raises(ConfigError, match="reranker_serve: the extractive reranker is no model"):
+        SearchConfig(index=str(world["index"]), reranker_backend="extractive", reranker_serve=True)

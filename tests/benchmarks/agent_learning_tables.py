@@ -2,10 +2,10 @@
 
     .venv/bin/python tests/benchmarks/agent_learning_tables.py runs/bench_agent_learning
 
-Per arm (observation verbal / raw): the held-out EM, F1, searches per question, RA-R and CUE-R of its warm
+Per arm (observation verbal from the 135M student / raw / verbal from the extractive stand-in): the held-out EM, F1, searches per question, RA-R and CUE-R of its warm
 start and of its GRPO checkpoint (greedy, the same questions), the gain after - before with a paired
-bootstrap 95% interval over the questions, and the verbal - raw difference of the GRPO checkpoints (paired
-the same way). The training reward per step of both arms (and its 8-step moving mean) goes to
+bootstrap 95% interval over the questions, and each verbal arm's difference to the raw arm's GRPO checkpoint
+(paired the same way). The training reward per step of every arm (and its 8-step moving mean) goes to
 RUN_DIR/reward_curves.png.
 """
 
@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 
 from r3forge.metrics.stats import paired_bootstrap
 
-ARMS = ("verbal", "raw")
+ARMS = ("verbal", "raw", "extractive")
 COLS = ("em", "f1", "searches_per_question", "ra_r", "cue_r")
 
 
@@ -47,10 +47,10 @@ def table(r: Path) -> None:
         before, after = rows(r / f"eval_{o}_before"), rows(r / f"eval_{o}_after")
         print(f"| {o} | **after - before** (paired 95% CI) | {len(set(before) & set(after))} | "
               f"{cell(before, after, 'em')} | {cell(before, after, 'f1')} | | | |")  # fmt: skip
-    if len(done) == 2:
-        raw, verbal = rows(r / "eval_raw_after"), rows(r / "eval_verbal_after")
-        print(f"| verbal - raw | after GRPO (paired 95% CI) | {len(set(raw) & set(verbal))} | "
-              f"{cell(raw, verbal, 'em')} | {cell(raw, verbal, 'f1')} | | | |")  # fmt: skip
+    for o in (o for o in done if o != "raw" and "raw" in done):
+        raw, other = rows(r / "eval_raw_after"), rows(r / f"eval_{o}_after")
+        print(f"| {o} - raw | after GRPO (paired 95% CI) | {len(set(raw) & set(other))} | "
+              f"{cell(raw, other, 'em')} | {cell(raw, other, 'f1')} | | | |")  # fmt: skip
     for o in done:
         m = json.loads((r / f"grpo_{o}" / "final_metrics.json").read_text())
         print(f"\n{o}: training reward, first {m['reward_window']} steps {m['reward_first']:.3f} -> last "

@@ -25,3 +25,8 @@ def test_fingerprint_follows_each_methods_own_model():
     fewer = EvalRagConfig(qa_path="unused.jsonl", top_m=[1, 3])
     assert fingerprint("igp", fewer, base, GENERATOR) == fingerprint("igp", config, base, GENERATOR)
     assert fingerprint("igp_set", fewer, base, GENERATOR) != fingerprint("igp_set", config, base, GENERATOR)
+    # the extractive stand-in loads no model: no model setting moves its key, and it is not `none`'s
+    assert fingerprint("extractive", config, student, GENERATOR) == fingerprint(
+        "extractive", config, base, GENERATOR
+    )
+    assert fingerprint("extractive", config, base, GENERATOR) != fingerprint("none", config, base, GENERATOR)

@@ -28,6 +28,7 @@ from r3forge.agent.reward import neutralize_tags
 from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.errors import ConfigError
 from r3forge.rerank.base import Reranker, RerankOutput, order, to_candidates
+from r3forge.rerank.extractive import ExtractiveVerbalReranker
 from r3forge.rerank.verbal import VerbalConfig, VerbalReranker
 from r3forge.retrieval import RetrieverClient, load_retriever
 from r3forge.retrieval.base import Retriever
@@ -70,10 +71,12 @@ class SearchConfig:
     retriever_url: str = field(
         default="", metadata={"help": "Or a running `r3forge serve retriever` (any Search-R1 /retrieve)."}
     )
-    reranker_backend: Literal["openai", "vllm", "hf"] = field(
+    reranker_backend: Literal["openai", "vllm", "hf", "extractive"] = field(
         default="openai",
         metadata={"help": "verbal observations: openai (a served model: vLLM, any OpenAI-compatible API), "
-                  "vllm (offline engine here), hf (transformers here)."},
+                  "vllm (offline engine here), hf (transformers here), or extractive (no model: an "
+                  "answer-blind lexical stand-in that quotes each passage's best-matching sentence, "
+                  "rerank/extractive.py; reranker_model is then unused)."},
     )  # fmt: skip
     reranker_model: str = field(
         default="smollm2-135m-instruct",
@@ -114,6 +117,10 @@ class SearchConfig:
     def __post_init__(self) -> None:
         if bool(self.index) == bool(self.retriever_url):
             raise ConfigError("set exactly one of `index` (a saved index folder) or `retriever_url`")
+        if self.reranker_backend == "extractive" and self.reranker_serve:
+            raise ConfigError(
+                "reranker_serve: the extractive reranker is no model, there is nothing to serve"
+            )
 
     def reranker(self) -> LLMConfig:
         """The reranker as an `open_llm` config."""
@@ -274,7 +281,9 @@ def open_env(stack: ExitStack, search: SearchConfig, config: EnvConfig) -> Searc
     else:
         retriever = stack.enter_context(RetrieverClient(search.retriever_url))
     reranker = None
-    if config.observation == "verbal":
+    if config.observation == "verbal" and search.reranker_backend == "extractive":
+        reranker = ExtractiveVerbalReranker()
+    elif config.observation == "verbal":
         reranker_llm = stack.enter_context(open_llm(search.reranker()))
         verbal = VerbalConfig(max_tokens=search.reranker_max_tokens, rank_by=search.reranker_rank_by)
         reranker = VerbalReranker(reranker_llm.backend, reranker_llm.tokenizer, verbal)

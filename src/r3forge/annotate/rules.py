@@ -77,11 +77,21 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
 
 
-def _content(text: str) -> list[str]:
+def content_words(text: str) -> list[str]:
+    """The normalized words of a text that are neither stop words nor shorter than 3 characters.
+
+    >>> content_words("Where was the Louvre built?")
+    ['louvre', 'built']
+    """
     return [t for t in normalize_answer(text).split() if t not in _STOP and len(t) > 2]
 
 
-def _quote(sentence: str, words: int = 30) -> str:
+def quote(sentence: str, words: int = 30) -> str:
+    """A sentence as a comment quotes it: no final period, cut to `words` words.
+
+    >>> quote("It is a museum in Paris.", 3)
+    'It is a ...'
+    """
     tokens = sentence.rstrip(".").split()
     return " ".join(tokens[:words]) + (" ..." if len(tokens) > words else "")
 
@@ -96,8 +106,8 @@ def evidence(split: list[str], record: dict, answers: list[str]) -> str:
     for sentence in split:
         if answers and answer_in_text(answers, sentence):
             return sentence
-    question = set(_content(record["question"]))
-    return max(split, key=lambda s: len(question & set(_content(s))))
+    question = set(content_words(record["question"]))
+    return max(split, key=lambda s: len(question & set(content_words(s))))
 
 
 def rule_label(record: dict, passage: dict) -> tuple[int, str]:
@@ -117,16 +127,16 @@ def rule_label(record: dict, passage: dict) -> tuple[int, str]:
         ids = [f["sent_id"] for f in record.get("supporting_facts") or [] if f["title"] == passage["title"]]
         sentence = split[ids[0]] if ids and 0 <= ids[0] < len(split) else evidence(split, record, answers)
         if has_answer or passage["relevance"] >= 2:
-            return 5, f'It states that "{_quote(sentence)}", which answers the question directly.'
+            return 5, f'It states that "{quote(sentence)}", which answers the question directly.'
         return (
             4,
-            f'It states that "{_quote(sentence)}", a fact the question needs, but not the answer itself.',
+            f'It states that "{quote(sentence)}", a fact the question needs, but not the answer itself.',
         )
     if has_answer:
         return 3, f'It mentions "{answers[0]}", but not in the sense the question asks about.'
-    question = set(_content(record["question"]))
+    question = set(content_words(record["question"]))
     shared = list(
-        dict.fromkeys(t for t in _content(passage["title"] + " " + passage["text"]) if t in question)
+        dict.fromkeys(t for t in content_words(passage["title"] + " " + passage["text"]) if t in question)
     )
     if question and len(shared) >= len(question) / 2:
         return (

@@ -14,7 +14,18 @@ from typing import Literal
 
 from r3forge.errors import ConfigError
 
-METHODS = ("none", "biencoder", "cross_encoder", "qlm", "yesno", "verbal", "ig", "igp", "igp_set")
+METHODS = (
+    "none",
+    "extractive",
+    "biencoder",
+    "cross_encoder",
+    "qlm",
+    "yesno",
+    "verbal",
+    "ig",
+    "igp",
+    "igp_set",
+)
 # methods whose selection depends on T_p; the others are swept over M only
 THRESHOLDED = ("igp", "igp_set")
 

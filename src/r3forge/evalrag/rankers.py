@@ -42,6 +42,7 @@ from r3forge.rerank import (
     YesNoReranker,
     passage,
 )
+from r3forge.rerank.extractive import EXTRACTIVE_VERSION, ExtractiveVerbalReranker
 
 # methods that share one saved set of probes
 PROBES = {"ig": "ig", "igp": "ig", "igp_set": "igp_set"}
@@ -63,6 +64,8 @@ def fingerprint(method: str, config: EvalRagConfig, models: RerankModelsConfig, 
             setting["rank_by"] = models.reranker_rank_by
     elif method == "yesno":
         setting["reranker"] = _identity(models.yesno_model, models)
+    elif method == "extractive":
+        setting["rule"] = EXTRACTIVE_VERSION
     elif method != "none":
         setting["model"] = model_identity({"biencoder": models.biencoder_model, "qlm": models.qlm_model,
                                            "cross_encoder": models.cross_encoder_model}[method])  # fmt: skip
@@ -149,6 +152,8 @@ def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles
         return lambda chunk: _greedy(chunk, generator, probe, select, nu_cache)
     if method == "none":
         reranker: Any = RetrieverOrder()
+    elif method == "extractive":
+        reranker = ExtractiveVerbalReranker()
     elif method == "biencoder":
         cfg = BiEncoderConfig(encoder=models.biencoder_model, device=generator_cfg.device, batch_size=64)
         reranker = BiEncoderReranker.from_config(cfg)

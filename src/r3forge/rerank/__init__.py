@@ -3,8 +3,8 @@
 `Reranker` is the protocol (`rerank(questions, candidates) -> [RerankOutput]`); `order` sorts a
 `RerankOutput` into candidate indices, best first. Implementations: `RetrieverOrder` (no reranking),
 `BiEncoderReranker`, `CrossEncoderReranker` (train one with `r3forge train-cross-encoder`), `QLMReranker`
-(UPR query likelihood), `YesNoReranker` (P(yes) of a generation backend) and `VerbalReranker` (Verbal-R3
-comment + 1-5 score).
+(UPR query likelihood), `YesNoReranker` (P(yes) of a generation backend), `VerbalReranker` (Verbal-R3
+comment + 1-5 score) and `ExtractiveVerbalReranker` (no model: a lexical stand-in in the verbal format).
 """
 
 from r3forge.rerank.base import (
@@ -22,6 +22,7 @@ from r3forge.rerank.encoders import (
     CrossEncoderConfig,
     CrossEncoderReranker,
 )
+from r3forge.rerank.extractive import ExtractiveVerbalReranker
 from r3forge.rerank.lm import QLMConfig, QLMReranker, YesNoReranker
 from r3forge.rerank.verbal import VerbalConfig, VerbalReranker
 
@@ -31,6 +32,7 @@ __all__ = [
     "Candidate",
     "CrossEncoderConfig",
     "CrossEncoderReranker",
+    "ExtractiveVerbalReranker",
     "QLMConfig",
     "QLMReranker",
     "RerankOutput",
