@@ -83,7 +83,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
 }  # fmt: skip
 
 # field metadata read by r3forge, not argparse: bounds here, model arguments in `r3forge.models.locate`
-OWN_METADATA = frozenset({"min", "max", "model", "model_serve"})
+OWN_METADATA = frozenset({"min", "max", "model", "model_serve", "model_when"})
 # id(parsed config) -> {field: where its value came from}; an entry goes when its config is collected
 _ORIGINS: dict[int, dict[str, str]] = {}
 

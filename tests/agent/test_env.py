@@ -12,7 +12,9 @@ from transformers import AutoTokenizer
 from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv, format_raw, open_env
 from r3forge.agent.reward import answer_reward
 from r3forge.agent.rollout import RolloutConfig, encode_prompt, run_rollouts
+from r3forge.config import parse_config
 from r3forge.errors import ConfigError
+from r3forge.models import check_models
 from r3forge.rerank import BiEncoderConfig, BiEncoderReranker
 from r3forge.retrieval import build_bm25_index, load_retriever
 
@@ -120,3 +122,14 @@ def test_extractive_stand_in_observations_keep_the_evidence(world):
     assert obs.scores == sorted(obs.scores, reverse=True) and env.counters.reranker_pairs == 3
     with pytest.raises(ConfigError, match="reranker_serve: the extractive reranker is no model"):
         SearchConfig(index=str(world["index"]), reranker_backend="extractive", reranker_serve=True)
+
+
+def test_check_models_skips_the_reranker_of_raw_observations(tmp_path):
+    """The agent's reranker is used only with `observation: verbal`: raw runs never look for it."""
+    missing = str(tmp_path / "nope")
+    argv = ["--index", str(tmp_path), "--reranker_serve", "true", "--reranker_model", missing]
+    search, env = parse_config((SearchConfig, EnvConfig), [*argv, "--observation", "raw"])
+    check_models(search, env)
+    search, env = parse_config((SearchConfig, EnvConfig), argv)
+    with pytest.raises(ConfigError, match=r"^flag '--reranker_model': model .* not found"):
+        check_models(search, env)

@@ -40,7 +40,7 @@ EXT="--observation verbal --reranker_backend extractive --reranker_serve false"
 for o in $ARMS; do
   case $o in
     verbal) WS="$QS/warmstart-sft/final"; OBS="--observation verbal $RR --reranker_serve true" ;;
-    raw) WS="$R/ws_raw_sft/final"; OBS="--observation raw $RR" ;;  # the config names a reranker; raw never calls it
+    raw) WS="$R/ws_raw_sft/final"; OBS="--observation raw" ;;
     extractive) WS="$R/ws_extractive_sft/final"; OBS="$EXT" ;;
     *) echo "bench_agent_grpo_learning: unknown arm '$o' in ARMS (verbal, raw, extractive)" >&2; exit 2 ;;
   esac

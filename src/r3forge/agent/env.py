@@ -84,6 +84,7 @@ class SearchConfig:
             "help": "The verbal reranker: an exported student folder, a Hub id or (openai) the served name.",
             "model": ("reranker_backend",),
             "model_serve": "reranker_serve",
+            "model_when": ("observation", ("verbal",)),
         },
     )
     reranker_base_url: str = field(
@@ -99,7 +100,7 @@ class SearchConfig:
         default="",
         metadata={"help": "openai reranker: tokenizer to locate the score token (its logprob breaks score ties); "
                   "empty: reranker_model's with reranker_serve, else none (ties by retriever order).",
-                  "model": ()},
+                  "model": (), "model_when": ("observation", ("verbal",))},
     )  # fmt: skip
     reranker_max_tokens: int = field(default=128, metadata={"help": "Max new tokens of comment + score."})
     reranker_rank_by: str = field(

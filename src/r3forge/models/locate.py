@@ -102,6 +102,9 @@ def _loads_here(f: dataclasses.Field, values: dict[str, Any]) -> bool:
         return True
     if "model" not in f.metadata:
         return False
+    when = f.metadata.get("model_when")  # (field, values): the model is used only while field is one of them
+    if when and when[0] in values and values[when[0]] not in when[1]:
+        return False
     backend = next((values[k] for k in f.metadata["model"] if values.get(k)), None)
     serve = f.metadata.get("model_serve")
     return backend is None or backend in LOCAL_BACKENDS or bool(serve and values.get(serve))
