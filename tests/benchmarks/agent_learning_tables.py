@@ -6,7 +6,8 @@ Per arm (observation verbal from the 135M student / raw / verbal from the extrac
 start and of its GRPO checkpoint (greedy, the same questions), the gain after - before with a paired
 bootstrap 95% interval over the questions, and each verbal arm's difference to the raw arm's GRPO checkpoint
 (paired the same way). The training reward per step of every arm (and its 8-step moving mean) goes to
-RUN_DIR/reward_curves.png.
+RUN_DIR/reward_curves.png. Where tests/benchmarks/bench_agent_grpo_curve.sh ran (RUN_DIR/curve_<arm>), the
+held-out EM of each of its checkpoints with its paired gain over the warm start, and RUN_DIR/em_vs_steps.png.
 """
 
 from __future__ import annotations
@@ -73,15 +74,56 @@ def plot(r: Path) -> None:
         line = ax.plot(xs, ys, alpha=0.35, label=f"{o} (per step)")[0]
         smooth = [sum(ys[max(0, i - 7) : i + 1]) / len(ys[max(0, i - 7) : i + 1]) for i in range(len(ys))]
         ax.plot(xs, smooth, color=line.get_color(), label=f"{o} (8-step mean)")
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("mean reward (EM + format)")
+    finish(fig, ax, ("GRPO step", "mean reward (EM + format)"), r / "reward_curves.png")
+
+
+def curve(r: Path) -> None:
+    """EM after each checkpoint of the longer runs, with the paired gain over the arm's warm start."""
+    found = []
+    for c in sorted(r.glob("curve_*")):
+        o = c.name.removeprefix("curve_")
+        before = rows(r / f"eval_{o}_before")
+        points = sorted(
+            (int(d.name.removeprefix("eval_")), d) for d in c.glob("eval_*") if (d / "summary.json").is_file()
+        )
+        if not points:
+            continue
+        print(f"\n### {o}: held-out EM by GRPO step (one run of {points[-1][0]} steps)\n")
+        print("| steps | EM | EM gain over the warm start (paired 95% CI) | F1 | searches / q | RA-R |")
+        print("|---:|---:|---|---:|---:|---:|")
+        s0 = json.loads((r / f"eval_{o}_before" / "summary.json").read_text())
+        print(
+            f"| 0 (warm start) | {s0['em']:.3f} | | {s0['f1']:.3f} | {s0['searches_per_question']:.2f} | {s0['ra_r']:.3f} |"
+        )
+        xs, ys, lo, hi = [0], [s0["em"]], [0.0], [0.0]
+        for step_, d in points:
+            s = json.loads((d / "summary.json").read_text())
+            after = rows(d)
+            ids = sorted(set(before) & set(after))
+            gain, low, high = paired_bootstrap([before[i]["em"] for i in ids], [after[i]["em"] for i in ids])
+            print(f"| {step_} | {s['em']:.3f} | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {s['f1']:.3f} | "
+                  f"{s['searches_per_question']:.2f} | {s['ra_r']:.3f} |")  # fmt: skip
+            xs.append(step_), ys.append(s["em"]), lo.append(gain - low), hi.append(high - gain)
+        found.append((o, xs, ys, lo, hi))
+    if not found:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for o, xs, ys, lo, hi in found:
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{o} (95% CI of the gain)")
+    finish(fig, ax, ("GRPO steps", "held-out EM (greedy)"), r / "em_vs_steps.png")
+
+
+def finish(fig: plt.Figure, ax: plt.Axes, labels: tuple[str, str], path: Path) -> None:
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(r / "reward_curves.png", dpi=120)
-    print(f"\nreward curves: {r / 'reward_curves.png'}")
+    fig.savefig(path, dpi=120)
+    print(f"\nplot: {path}")
 
 
 if __name__ == "__main__":
     run = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/bench_agent_learning")
     table(run)
     plot(run)
+    curve(run)
