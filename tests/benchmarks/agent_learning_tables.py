@@ -80,7 +80,7 @@ def plot(r: Path) -> None:
 def curve(r: Path) -> None:
     """EM after each checkpoint of the longer runs, with the paired gain over the arm's warm start."""
     found = []
-    for c in sorted(r.glob("curve_*")):
+    for c in sorted(d for d in r.glob("curve_*") if d.is_dir()):
         o = c.name.removeprefix("curve_")
         before = rows(r / f"eval_{o}_before")
         points = sorted(
@@ -109,7 +109,8 @@ def curve(r: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for o, xs, ys, lo, hi in found:
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{o} (95% CI of the gain)")
+        bars = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{o} (95% CI of the gain)")
+        ax.axhline(ys[0], color=bars[0].get_color(), linestyle=":", label=f"{o} warm start")
     finish(fig, ax, ("GRPO steps", "held-out EM (greedy)"), r / "em_vs_steps.png")
 
 

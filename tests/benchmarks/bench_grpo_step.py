@@ -4,7 +4,7 @@ and the retriever/reranker calls that de-duplicating a turn's queries saves.
     .venv/bin/python tests/benchmarks/bench_grpo_step.py --model runs/sft/agent_warmstart_cpu/final \\
         --questions data/synth_world/questions.jsonl --index indexes/world-bm25 [--steps 6]
         [--reranker_url http://127.0.0.1:8000/v1 --reranker_model NAME] [--rollout_engine vllm]
-        [--single_turn_hf true] [--env_delay_s 0.5]
+        [--single_turn_hf true] [--env_delay_s 0.5] [--doc_max_words 30]
 
 Baseline ("TRL single-turn"): `GRPOTrainer` without a rollout_func, the same model, prompts, G, batch and
 optimizer (gradient checkpointing off in both, as in the CPU recipe config), each completion forced to the
@@ -26,6 +26,8 @@ GRPO with its generation on that engine. `--single_turn_hf true` adds TRL's own 
 adds D seconds to every environment call (a stand-in for a remote reranker's latency, named as such in the
 output); with the vLLM engine the output then says how much of the environment's time the engine spent
 stepping other rollouts (`env_overlapped_share`: 1.0 = all of it hidden behind generation).
+`--doc_max_words W` (default 30, the CPU recipe's) sets how long each shown document is, and so how many
+observation tokens the trainer's forward and backward carry besides the policy's own.
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ def main() -> None:
     p.add_argument("--rollout_engine", choices=["trainer", "vllm"], default="trainer")
     p.add_argument("--single_turn_hf", choices=["true", "false"], default="false")
     p.add_argument("--env_delay_s", type=float, default=0.0)
+    p.add_argument("--doc_max_words", type=int, default=30)
     a = p.parse_args()
     path = resolve_model(a.model)
     rows = load_agent_rows(
@@ -182,12 +185,13 @@ def main() -> None:
     data = datasets.Dataset.from_list(rows)
     rollout_cfg = RolloutConfig(max_turns=2, max_turn_tokens=48, max_obs_tokens=160)
     env_cfg = EnvConfig(observation="verbal" if a.reranker_url else "raw", num_retrieve=3, num_shown=2,
-                        doc_max_words=30)  # fmt: skip
+                        doc_max_words=a.doc_max_words)  # fmt: skip
     search = SearchConfig(index=a.index, reranker_base_url=a.reranker_url or "http://unused",
                           reranker_model=a.reranker_model or "unused", reranker_max_tokens=64)  # fmt: skip
     vllm = a.rollout_engine == "vllm"
     out: dict = {"rollout_engine": a.rollout_engine, "steps_timed": a.steps - 1, "rollouts_per_step": 8,
-                 "env_delay_s (stand-in for a remote reranker's latency)": a.env_delay_s}  # fmt: skip
+                 "env_delay_s (stand-in for a remote reranker's latency)": a.env_delay_s,
+                 "doc_max_words": a.doc_max_words}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         tok = AutoTokenizer.from_pretrained(path)
         set_seed(0)

@@ -10,6 +10,7 @@ stems with the query, and scores 1-5 by the share of the query's stems the passa
     score = 1 + round(4 * covered / query stems)         5: every query word is there; 1: none
     comment (score >= 2)  It states that "<best sentence>", which {bears on | only touches} the question.
     comment (score 1)     It is about <title>, which the question does not concern.
+    (a passage whose query words are all in its title, none in a sentence, is scored 1 as well)
 
 It never sees a gold answer (unlike `annotate rules`, which labels from gold evidence for SFT). Select it
 with `--reranker_backend extractive` (agent env) or `--methods extractive` (`eval rag`, a lexical baseline);
