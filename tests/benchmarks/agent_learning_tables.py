@@ -2,8 +2,8 @@
 
     .venv/bin/python tests/benchmarks/agent_learning_tables.py runs/bench_agent_learning
 
-Per arm (observation verbal from the 135M student / raw / verbal from the extractive stand-in): the held-out EM, F1, searches per question, RA-R and CUE-R of its warm
-start and of its GRPO checkpoint (greedy, the same questions), the gain after - before with a paired
+Per arm (observation verbal from the 135M student / raw / verbal from the extractive stand-in): the held-out
+EM, F1, searches per question, RA-R and CUE-R of its warm start and of its GRPO checkpoint (greedy, the same questions), the gain after - before with a paired
 bootstrap 95% interval over the questions, and each verbal arm's difference to the raw arm's GRPO checkpoint
 (paired the same way). The training reward per step of every arm (and its 8-step moving mean) goes to
 RUN_DIR/reward_curves.png. Where tests/benchmarks/bench_agent_grpo_curve.sh ran (RUN_DIR/curve_<arm>), the
@@ -28,9 +28,14 @@ def rows(d: Path) -> dict[str, dict]:
     return {r["id"]: r for r in map(json.loads, (d / "rows.jsonl").read_text().splitlines())}
 
 
-def cell(a: dict[str, dict], b: dict[str, dict], key: str) -> str:
+def paired(a: dict[str, dict], b: dict[str, dict], key: str) -> tuple[float, float, float]:
+    """b - a on the questions both answered: (mean, low, high) of the paired bootstrap 95% interval."""
     ids = sorted(set(a) & set(b))
-    gain, low, high = paired_bootstrap([float(a[i][key]) for i in ids], [float(b[i][key]) for i in ids])
+    return paired_bootstrap([float(a[i][key]) for i in ids], [float(b[i][key]) for i in ids])
+
+
+def cell(a: dict[str, dict], b: dict[str, dict], key: str) -> str:
+    gain, low, high = paired(a, b, key)
     return f"{gain:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
@@ -98,9 +103,7 @@ def curve(r: Path) -> None:
         xs, ys, lo, hi = [0], [s0["em"]], [0.0], [0.0]
         for step_, d in points:
             s = json.loads((d / "summary.json").read_text())
-            after = rows(d)
-            ids = sorted(set(before) & set(after))
-            gain, low, high = paired_bootstrap([before[i]["em"] for i in ids], [after[i]["em"] for i in ids])
+            gain, low, high = paired(before, rows(d), "em")
             print(f"| {step_} | {s['em']:.3f} | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {s['f1']:.3f} | "
                   f"{s['searches_per_question']:.2f} | {s['ra_r']:.3f} |")  # fmt: skip
             xs.append(step_), ys.append(s["em"]), lo.append(gain - low), hi.append(high - gain)

@@ -36,12 +36,11 @@ RR="--reranker_model $QS/reranker --reranker_tokenizer $QS/reranker --reranker_m
 step() { echo "== $(date +%T) $1" >&2; }
 
 ARMS=${ARMS:-verbal raw extractive}
-EXT="--observation verbal --reranker_backend extractive --reranker_serve false"
 for o in $ARMS; do
   case $o in
     verbal) WS="$QS/warmstart-sft/final"; OBS="--observation verbal $RR --reranker_serve true" ;;
     raw) WS="$R/ws_raw_sft/final"; OBS="--observation raw" ;;
-    extractive) WS="$R/ws_extractive_sft/final"; OBS="$EXT" ;;
+    extractive) WS="$R/ws_extractive_sft/final"; OBS="--observation verbal --reranker_backend extractive --reranker_serve false" ;;
     *) echo "bench_agent_grpo_learning: unknown arm '$o' in ARMS (verbal, raw, extractive)" >&2; exit 2 ;;
   esac
   if [ $o != verbal ]; then

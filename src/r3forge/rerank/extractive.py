@@ -33,9 +33,8 @@ from collections.abc import Sequence
 from r3forge.annotate.rules import content_words, quote, sentences
 from r3forge.rerank.base import Candidate, RerankOutput, check_inputs
 
-EXTRACTIVE_VERSION = (
-    "extractive_v1"  # in `eval rag`'s fingerprint of saved scores: bump when the rule changes
-)
+# in `eval rag`'s fingerprint of saved scores: bump when the rule changes
+EXTRACTIVE_VERSION = "extractive_v1"
 STEM = 5  # characters a content word is cut to, so "headquarters" meets "headquartered"
 
 
