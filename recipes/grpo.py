@@ -54,7 +54,14 @@ from r3forge.config import save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.models import resolve_model
-from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_info
+from r3forge.sft.run import (
+    MetricsJSONL,
+    claim_run,
+    precision_info,
+    precision_line,
+    prepare_output_dir,
+    run_info,
+)
 from r3forge.sft.train import apply_cpu_settings, load_model
 
 
@@ -90,6 +97,8 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
         if trainer.is_world_process_zero():
             save_config((script, search, env_config, rollout, model_args, training), out / "config.yaml")
             info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
+            info["precision"] = precision_info(training)
+            print(precision_line(info["precision"]), flush=True)
             write_json(out / "run.json", info)
         if engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS
             take_trl_slot(trainer, stack.enter_context(closing(PolicyEngine(

@@ -14,8 +14,9 @@ What the recipe fixes on top of TRL:
   the chat template is the tokenizer's own, applied exactly as inference applies it (TRL tokenizes the
   prompt with add_generation_prompt=True, then the completion including its end-of-turn token, so the
   student learns to stop);
-- bf16 on GPUs (TRL's default), fp32 on CPU (the CPU configs set `bf16: false`); `dtype: auto` loads the
-  weights in the training precision; gradient checkpointing from the config;
+- `bf16: auto` (the CPU configs' setting): bf16 where the hardware computes it (a GPU with bf16, a CPU with
+  bf16 units), fp32 elsewhere (`r3forge.precision`); run.json's "precision" says what it resolved to and
+  why; `dtype: auto` loads the weights in the training precision; gradient checkpointing from the config;
 - task metrics at every evaluation, before the first step and at the end (`taskeval.TaskEval`);
 - the run folder of `run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/), and each
   evaluation's per-row generations in task_eval/step_<N>.jsonl;
@@ -41,7 +42,14 @@ from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.models import check_models
 from r3forge.sft.config import SFT_CONFIGS, TASKS, SFTScriptArguments
-from r3forge.sft.run import MetricsJSONL, claim_run, prepare_output_dir, run_info
+from r3forge.sft.run import (
+    MetricsJSONL,
+    claim_run,
+    precision_info,
+    precision_line,
+    prepare_output_dir,
+    run_info,
+)
 from r3forge.sft.taskeval import TaskEval, whole_questions
 from r3forge.sft.train import (
     TASK_COLUMNS,
@@ -95,6 +103,8 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
         save_config((script, model_args, training), out / "config.yaml")
         info = run_info("sft", script.task, base, [script.dataset, *([script.eval_dataset] * bool(script.eval_dataset))],
                         bool(model_args.use_peft))  # fmt: skip
+        info["precision"] = precision_info(training)
+        print(precision_line(info["precision"]), flush=True)
         write_json(out / "run.json", info)
     trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))
     task_eval = None

@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import difflib
 import enum
+import importlib
 import inspect
 import json
 import math
@@ -80,12 +81,32 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
         _NON_NEGATIVE,
     ),
     "port": (0, 65535),
+    "max_steps": (1, None),  # or -1: the epochs decide (ALSO)
 }  # fmt: skip
+# values a bounded field also takes, outside its bounds, with what they mean
+ALSO: dict[str, dict[float, str]] = {"max_steps": {-1: "the epochs decide"}}
+# fields whose 0 means nothing (a cadence: 0 would save / evaluate / log at every step, or never)
+POSITIVE = ("save_steps", "eval_steps", "logging_steps")
+# fields that take `auto`: name -> "module:function", called with every parsed value and returning (value, why);
+# imported only when a config says auto (r3forge.precision imports torch, which `r3forge data ...` never needs)
+AUTO: dict[str, str] = {"bf16": "r3forge.precision:auto_bf16"}
 
 # field metadata read by r3forge, not argparse: bounds here, model arguments in `r3forge.models.locate`
 OWN_METADATA = frozenset({"min", "max", "model", "model_serve", "model_when"})
 # id(parsed config) -> {field: where its value came from}; an entry goes when its config is collected
 _ORIGINS: dict[int, dict[str, str]] = {}
+# id(parsed config) -> {field: "auto -> <value> (<why>)"} for the fields an `auto` resolved
+_RESOLVED: dict[int, dict[str, str]] = {}
+
+
+class _Auto:
+    """The value `auto` of an AUTO field between the YAML/flag conversion and its resolution."""
+
+    def __repr__(self) -> str:
+        return "'auto'"
+
+
+AUTO_VALUE = _Auto()
 
 
 def field_bounds(f: dataclasses.Field) -> tuple[float | None, float | None]:
@@ -111,6 +132,19 @@ def where(config: Any, name: str) -> str:
     return _ORIGINS.get(id(config), {}).get(name, f"default '{name}'")
 
 
+def resolved(config: Any) -> dict[str, str]:
+    """The fields of a config `parse_config` returned whose `auto` it resolved: {field: "auto -> False (why)"}.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Run:
+    ...     bf16: bool = False
+    >>> resolved(parse_config((Run,), ["--bf16", "true"])[0])
+    {}
+    """
+    return dict(_RESOLVED.get(id(config), {}))
+
+
 def _closest(key: str, valid: Sequence[str]) -> str:
     match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""
@@ -127,6 +161,11 @@ def load_yaml_with_lines(path: str | Path) -> tuple[dict[str, Any], dict[str, in
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config file ({e.strerror or e})") from e
+    except UnicodeDecodeError as e:
+        line = text_line(path.read_bytes(), e.start)
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
+        ) from e
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -151,10 +190,24 @@ def load_yaml_with_lines(path: str | Path) -> tuple[dict[str, Any], dict[str, in
     return {str(k): v for k, v in data.items()}, lines
 
 
+def text_line(data: bytes, offset: int) -> int:
+    """The 1-based line of byte `offset` in `data`.
+
+    >>> text_line(b"a: 1\\nb: \\xff", 8)
+    2
+    """
+    return data.count(b"\n", 0, offset) + 1
+
+
 def _convert(action: argparse.Action, value: Any, where: str, listable: bool = False) -> Any:
     """Convert one YAML value with the argparse action's own type function (as the CLI would). `listable`:
     the field's type admits a list although its flag takes one value (TrainingArguments' `report_to: str |
     list[str]`, which the resolved config of a run holds as a list): a YAML list is converted item by item."""
+    many = action.nargs in ("+", "*") or isinstance(action.nargs, int) or listable
+    if isinstance(value, dict) and (many or action.type in (int, float)):
+        raise ConfigError(
+            f"{where}: expected {'a list' if many else 'a single value'}, got a mapping {value!r}"
+        )
     if value is None or isinstance(value, dict) or action.type is None:
         return value
     convert = action.type
@@ -231,14 +284,21 @@ def _check_ranges(
     for name, origin in origins.items():
         low, high = field_bounds(fields[name])
         value = values.get(name)
+        if name in POSITIVE and isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+            raise ConfigError(
+                f"{origin}: must be > 0 (a step count, or a fraction of the run's steps), got {value!r}"
+            )
         if (low is None and high is None) or value is None:
             continue
+        # a field with its own bounds (metadata) has its own meaning: the name's ALSO values do not apply
+        also = {} if {"min", "max"} & set(fields[name].metadata) else ALSO.get(name, {})
         for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, bool) or not isinstance(v, int | float):
+            if isinstance(v, bool) or not isinstance(v, int | float) or v in also:
                 continue
             if math.isnan(v) or (low is not None and v < low) or (high is not None and v > high):
                 unset = " or unset (no limit)" if fields[name].default is None else ""
-                raise ConfigError(f"{origin}: must be {bounds_text(low, high)}{unset}, got {v!r}")
+                also = "".join(f" or {k:g} ({why})" for k, why in also.items())
+                raise ConfigError(f"{origin}: must be {bounds_text(low, high)}{unset}{also}, got {v!r}")
 
 
 def _flag_origins(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict[str, str]:
@@ -252,10 +312,42 @@ def _flag_origins(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict[
     return origins
 
 
-def _remember(config: Any, origins: dict[str, str]) -> None:
+def _remember(config: Any, origins: dict[str, str], notes: dict[str, str]) -> None:
     names = {f.name for f in dataclasses.fields(config)}
     _ORIGINS[id(config)] = {k: v for k, v in origins.items() if k in names}
+    _RESOLVED[id(config)] = {k: v for k, v in notes.items() if k in names}
     weakref.finalize(config, _ORIGINS.pop, id(config), None)
+    weakref.finalize(config, _RESOLVED.pop, id(config), None)
+
+
+def _accept_auto(action: argparse.Action) -> None:
+    """Let an AUTO field's flag and YAML key take `auto` (kept as AUTO_VALUE until `_resolve_auto`)."""
+    convert = action.type
+
+    def typed(value: str) -> Any:
+        if value.strip().lower() == "auto":
+            return AUTO_VALUE
+        try:
+            return convert(value)
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as e:
+            raise argparse.ArgumentTypeError(f"{e}; or auto") from e
+
+    typed.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid <name> value"
+    action.type = typed
+    action.help = (action.help or "") + " 'auto': decided by this machine (see r3forge.config.AUTO)."
+
+
+def _resolve_auto(values: dict[str, Any], origins: dict[str, str]) -> dict[str, str]:
+    """Replace each `auto` by what its AUTO function decides from the other values; {field: what and why}."""
+    notes = {}
+    for name, target in AUTO.items():
+        if values.get(name) is AUTO_VALUE:
+            module, _, function = target.partition(":")
+            value, why = getattr(importlib.import_module(module), function)(values)
+            values[name] = value
+            notes[name] = f"auto -> {value} ({why})"
+            origins[name] = f"{origins.get(name, f'default {name!r}')} (auto -> {value}: {why})"
+    return notes
 
 
 def _add_bounds_to_help(parser: argparse.ArgumentParser, fields: dict[str, dataclasses.Field]) -> None:
@@ -284,6 +376,8 @@ def parse_config(
     actions = _dest_actions(parser)
     fields = {f.name: f for t in dataclass_types for f in dataclasses.fields(t) if f.init}
     _add_bounds_to_help(parser, fields)
+    for name in AUTO.keys() & actions.keys():
+        _accept_auto(actions[name])
     origins: dict[str, str] = {}
     listable = _list_fields(dataclass_types)
     for key, value in (defaults or {}).items():
@@ -314,14 +408,15 @@ def parse_config(
     origins |= _flag_origins(parser, argv)
     values = vars(namespace)
     _check_ranges(fields, values, origins)
+    notes = _resolve_auto(values, origins)
     configs = []
     try:  # as HfArgumentParser.parse_args_into_dataclasses, once the ranges are checked
         for t in dataclass_types:
             config = t(**{f.name: values[f.name] for f in dataclasses.fields(t) if f.init})
-            _remember(config, origins)
+            _remember(config, origins, notes)
             configs.append(config)
     except ValueError as e:  # a config class's own validation (__post_init__), e.g. TrainingArguments'
-        hint = " (on a machine without a GPU set bf16: false)" if "bf16" in str(e) else ""
+        hint = " (on a machine without a GPU set bf16: false or auto)" if "bf16" in str(e) else ""
         raise ConfigError(f"{config_path or 'command-line flags'}: invalid settings: {e}{hint}") from e
     return tuple(configs)
 

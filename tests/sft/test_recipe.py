@@ -151,7 +151,11 @@ def test_full_run_changes_weights_and_writes_the_run_folder(data: Path, smollm2_
     assert (out / "checkpoint-3").is_dir()
 
 
-def test_lora_run_trains_only_the_adapter(data: Path, smollm2_path: Path, tmp_path: Path) -> None:
+def test_lora_run_trains_only_the_adapter(
+    data: Path, smollm2_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also `bf16: auto` with the CPU's bf16 units forced off: fp32, and run.json says so and why."""
+    monkeypatch.setenv("R3FORGE_CPU_BF16", "0")
     out = tmp_path / "lora"
     lora = [
         "--use_peft",
@@ -164,14 +168,19 @@ def test_lora_run_trains_only_the_adapter(data: Path, smollm2_path: Path, tmp_pa
         "q_proj",
         "v_proj",
     ]
-    main(*configs(data, out, "--model_name_or_path", str(smollm2_path), "--task_eval_samples", "0", *lora))
+    main(*configs(data, out, "--model_name_or_path", str(smollm2_path), "--task_eval_samples", "0", *lora,
+                  "--bf16", "auto"))  # fmt: skip
     adapter = _weights(out / "final")
     assert (out / "final" / "adapter_config.json").is_file() and not (
         out / "final" / "model.safetensors"
     ).exists()
     b = [v for k, v in adapter.items() if "lora_B" in k]
     assert b and any(v.abs().sum() > 0 for v in b)  # B starts at zero: non-zero means it was trained
-    assert json.loads((out / "run.json").read_text())["lora"] is True
+    run = json.loads((out / "run.json").read_text())
+    assert run["lora"] is True and run["precision"]["mixed_precision"] == "fp32"
+    assert "auto -> False: R3FORGE_CPU_BF16=0" in run["precision"]["set_by"] and run["precision"][
+        "device"
+    ].startswith("cpu: ")
 
 
 def test_bad_inputs(data: Path, tmp_path: Path) -> None:

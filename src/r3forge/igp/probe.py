@@ -26,7 +26,9 @@ CONDITIONAL = "{document}\n\n{question}"
 @dataclass(frozen=True)
 class ProbeConfig:
     k: int = field(default=128, metadata={"help": "K: top-K alternatives per step (hosted APIs cap at 20)."})
-    max_steps: int = field(default=32, metadata={"help": "MT: maximum probe rollout length (tokens)."})
+    max_steps: int = field(
+        default=32, metadata={"min": 1, "help": "MT: maximum probe rollout length (tokens)."}
+    )
 
     def __post_init__(self) -> None:
         if self.k < 2 or self.max_steps < 1:

@@ -237,6 +237,19 @@ def agent_section(run: Path) -> list[str]:
     return lines
 
 
+def precision_lines(state: dict[str, Any], stages: Sequence[Any]) -> list[str]:
+    """The machine and each training stage's precision, as its run.json recorded it (`bf16: auto` resolved)."""
+    machine = state.get("machine") or {}
+    lines = [f"Machine: {machine.get('cpu', 'unknown CPU')}, {machine.get('cores', '?')} cores; bf16 units: "
+             f"{'yes' if machine.get('bf16_units') else 'no'} ({machine.get('why', 'not recorded')})."]  # fmt: skip
+    for stage in stages:
+        info = (read_json(Path(stage.output) / "run.json") or {}).get("precision") if stage.output else None
+        if info:
+            lines.append(f"- `{stage.name}` trained in **{info['mixed_precision']}** on {info['device']} "
+                         f"(bf16 set by {info['set_by']})")  # fmt: skip
+    return lines
+
+
 def configs_section(run: Path, stages: Sequence[Any]) -> list[str]:
     lines = [
         "## Resolved configs",
@@ -282,7 +295,8 @@ def write_report(run: Path, config: Any, stages: Sequence[Any], state: dict[str,
               "student and generator, on a synthetic world of fictional entities (no model can answer from "
               "memory): teacher annotation -> distilled verbal reranker -> single-turn RAG with IGP -> GRPO of "
               "a search agent with the student in the loop. A 135M model makes the numbers small; the point is "
-              "that every stage is the real pipeline and every figure below comes from this run's files.", ""]  # fmt: skip
+              "that every stage is the real pipeline and every figure below comes from this run's files.", "",
+              *precision_lines(state, stages), ""]  # fmt: skip
     sections = [stages_section(stages, state),
                 annotation_section(run, config.teacher_model, config.reranker_teacher), student_section(run),
                 rag_section(run), agent_section(run), commands_section(stages, state), next_section(),

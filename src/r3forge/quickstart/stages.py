@@ -23,6 +23,7 @@ from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
 from r3forge.config import parse_config, save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError, R3ForgeError
+from r3forge.precision import cpu_bf16, cpu_model
 from r3forge.procmem import TreePeak, descendants, gib, hwm_bytes
 from r3forge.quickstart.plan import STAGE_NAMES, QuickstartConfig, build_stages, settings
 from r3forge.runfolder import claim
@@ -184,6 +185,12 @@ def main(config: QuickstartConfig) -> Path:
     verb = f"resuming at '{todo[0].name}'" if resumed and todo else "starting"
     print(
         f"quickstart: {verb} in {run} ({len(stages) - len(todo)}/{len(stages)} stages done)", file=sys.stderr
+    )
+    bf16, why = cpu_bf16()  # what the SFT stages' `bf16: auto` resolves to (each records it in its run.json)
+    state["machine"] = {"cpu": cpu_model(), "cores": os.cpu_count(), "bf16_units": bf16, "why": why}
+    print(
+        f"quickstart: SFT precision (bf16: auto): {'bf16 autocast' if bf16 else 'fp32'}; {why}",
+        file=sys.stderr,
     )
     t_run = time.perf_counter()
     with ExitStack() as stack:

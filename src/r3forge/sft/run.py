@@ -29,8 +29,10 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 import r3forge
+from r3forge.config import resolved, where
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
+from r3forge.precision import cpu_model
 from r3forge.runfolder import claim, move_aside, settings
 from r3forge.sft.checkpoints import (
     checkpoint_problem,
@@ -139,6 +141,25 @@ def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "finished": None,
     }
+
+
+def precision_info(training: Any) -> dict[str, Any]:
+    """What a run trains in and why (run.json's "precision"): `bf16: auto` resolved by `r3forge.precision`
+    where the config said auto; the device it trains on names the CPU or GPU."""
+    gpu = torch.cuda.is_available() and not getattr(training, "use_cpu", False)
+    dtype = "bf16" if training.bf16 else "fp16" if training.fp16 else "fp32"
+    return {
+        "mixed_precision": dtype,
+        "bf16": bool(training.bf16),
+        "set_by": where(training, "bf16"),
+        "auto": resolved(training).get("bf16"),
+        "device": f"cuda: {torch.cuda.get_device_name(0)}" if gpu else f"cpu: {cpu_model()}",
+    }
+
+
+def precision_line(info: dict[str, Any]) -> str:
+    """One log line: 'precision: fp32 on cpu: AMD EPYC (flag '--bf16' (auto -> False: ...))'."""
+    return f"precision: {info['mixed_precision']} on {info['device']} ({info['set_by']})"
 
 
 class MetricsJSONL(TrainerCallback):
