@@ -330,7 +330,9 @@ def _accept_auto(action: argparse.Action) -> None:
         try:
             return convert(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError) as e:
-            raise argparse.ArgumentTypeError(f"{e}; or auto") from e
+            raise argparse.ArgumentTypeError(
+                f"invalid value {value!r} ({str(e).rstrip('.')}; or auto)"
+            ) from e
 
     typed.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid <name> value"
     action.type = typed
