@@ -51,7 +51,8 @@ def test_cpu_recipe_starts_and_stops_its_server(shared_data, smollm2_path, tmp_p
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["processed"] == 6
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["pairs"] == 6 and report["questions_with_gold"] >= 1 and "ndcg@2" in report
+    assert report["pairs_requested"] == report["pairs_annotated"] == 6 and report["pairs_failed"] == 0
+    assert report["questions_with_gold"] >= 1 and "ndcg@2" in report
     assert "expected_ndcg@2" in report  # the digit logprobs of the score token were recorded
     assert log.stat().st_size > 0  # the job's own server wrote its log there
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()]  # and was stopped

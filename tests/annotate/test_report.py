@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.report import agreement, fault_figures
+from r3forge.annotate.report import agreement, annotation_report, judge_report
 from r3forge.annotate.verbal import expected_score
-from r3forge.synth.store import write_manifest
+from r3forge.synth.store import ShardSpec, ShardStore, write_manifest
 
 
 def row(q: str, d: str, score: int, rel: int, rank: int, lp: float | None = -0.1) -> dict:
@@ -67,8 +67,52 @@ def test_no_expected_figures_without_digit_logprobs() -> None:
     assert "expected_ndcg@1" not in out and "mean_expected_score_by_relevance" not in out
 
 
-def test_fault_figures_come_from_the_run_manifest(tmp_path: Path) -> None:
+def test_report_counts_every_requested_pair_once_and_says_what_it_counts(tmp_path: Path) -> None:
+    """A folder with an accepted, a rejected, a failed-then-accepted and a failed pair, of a job of five
+    pairs (one never sent) plus a pair of an earlier, larger job: the counts add up over the job's pairs."""
+
+    def record(doc: str, **fields) -> dict:
+        return {"key": f"k-{doc}-{len(fields)}", "input": {"question_id": "q1", "doc_id": doc}} | fields
+
+    def answer(doc: str, score: int) -> dict:
+        out = {"question_id": "q1", "doc_id": doc, "score": score, "score_logprob": -0.1, "rank": 0}
+        return record(doc, output=out | {"score_logprobs": None, "relevance": int(doc == "a")})
+
+    identity = {"step": "verbal_annotation", "version": "v", "model": "m"}
+    with ShardStore(tmp_path, ShardSpec(), identity) as store:
+        store.append([], [], [record("c", reason="http_500"), record("d", reason="timeout")])
+        store.add_faults({"attempts": 9, "retries": 4, "retries_by_cause": {"500": 4}})
+        store.append([answer("a", 5), answer("c", 2), answer("z", 1)], [record("b", reason="missing_score")])
+    labels = {("q1", d): int(d == "a") for d in "abcde"}  # e: never sent; z: not this job's
+    report = annotation_report(str(tmp_path), labels)
+    counts = {k: v for k, v in report.items() if k.startswith("pairs_")}
+    assert counts == {"pairs_requested": 5, "pairs_annotated": 3, "pairs_accepted": 2, "pairs_rejected": 1,
+                      "pairs_failed": 1, "pairs_not_sent": 1}  # fmt: skip
+    assert report["reject_reasons"] == {"missing_score": 1} and report["failure_reasons"] == {"timeout": 1}
+    assert report["faults"] == {"attempts": 9, "retries": 4, "retries_by_cause": {"500": 4}}
+    assert set(report["counts"]) >= set(counts) | {"acceptance_rate", "faults"}
+    assert report["acceptance_rate"] == pytest.approx(2 / 3, abs=1e-4)  # rounded to 4 places
+    assert report["score_distribution"] == {"1": 0, "2": 1, "3": 0, "4": 0, "5": 1}  # z is not counted
+    whole = annotation_report(str(tmp_path))  # `annotate report`: every pair with a record
+    assert (whole["pairs_requested"], whole["pairs_accepted"], whole["pairs_not_sent"]) == (5, 3, 0)
+
+
+def test_faults_of_a_folder_from_before_the_fault_log_come_from_its_manifest(tmp_path: Path) -> None:
     faults = {"retries": 5, "retries_by_cause": {"500": 3, "bad_response": 2}, "timeouts": 1}
     write_manifest(tmp_path, {"failed": 2, "failure_reasons": {"http_500": 2}, "faults": faults})
-    assert fault_figures(str(tmp_path)) == {"failed": 2, "failure_reasons": {"http_500": 2}, "faults": faults}
-    assert fault_figures(str(tmp_path / "none")) == {"failed": 0, "failure_reasons": {}, "faults": {}}
+    assert annotation_report(str(tmp_path))["faults"] == faults
+
+
+def test_judge_report_counts_add_up_over_the_requested_annotations(tmp_path: Path) -> None:
+    def record(key: str, **fields) -> dict:
+        return {"key": f"j-{key}", "input": {"annotation_key": key}} | fields
+
+    identity = {"step": "verbal_judge", "version": "v", "model": "m"}
+    with ShardStore(tmp_path, ShardSpec(), identity) as store:
+        verdicts = [record(k, output={"approved": k != "b"}) for k in "abx"]  # x: not requested
+        store.append(verdicts, [record("c", reason="missing_verdict")], [record("d", reason="rate_limited")])
+    report = judge_report(str(tmp_path), [{"annotation_key": k} for k in "abcde"])
+    counts = {k: v for k, v in report.items() if k.startswith("annotations_")}
+    assert counts == {"annotations_requested": 5, "annotations_judged": 2, "annotations_approved": 1,
+                      "annotations_rejected": 1, "annotations_failed": 1, "annotations_not_sent": 1}  # fmt: skip
+    assert report["approval_rate"] == 0.5 and set(report["counts"]) >= set(counts) | {"approval_rate"}

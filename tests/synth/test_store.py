@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 
 from r3forge.errors import ConfigError, DataFormatError
+from r3forge.synth.export import merge_shards
 from r3forge.synth.store import (
     MANIFEST,
     ShardSpec,
     ShardStore,
     SynthError,
+    add_counts,
     cache_key,
     iter_lines,
+    read_faults,
     read_manifest,
     sampling_params,
     scan,
@@ -177,3 +180,37 @@ def test_folder_of_another_run_or_no_resume_is_refused(tmp_path: Path):
     (tmp_path / MANIFEST).write_text("{not json", encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"manifest\.json: unreadable manifest"):
         ShardStore(tmp_path, ShardSpec(), IDENTITY).__enter__()
+
+
+def test_fault_counts_are_a_log_summed_over_runs_once_each(tmp_path: Path):
+    """Each run appends increments; a torn last increment (a kill mid-write) is cut away and not counted;
+    a folder from before the log carries its manifest's counts over once; a merge sums each folder once."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    with ShardStore(a, ShardSpec(), IDENTITY) as store:
+        store.add_faults({"attempts": 3, "retries": 1, "retries_by_cause": {"500": 1}})
+        store.add_faults({"attempts": 2, "retries": 2, "retries_by_cause": {"429": 2}})
+    log = a / "faults-00000-of-00001.jsonl"
+    with open(log, "a", encoding="utf-8") as f:
+        f.write('{"key": "torn", "faults": {"attempts": 9')  # no newline: the kill's half-written line
+    with ShardStore(a, ShardSpec(), IDENTITY) as store:  # the resumed run
+        assert store.faults == {"attempts": 5, "retries": 3, "retries_by_cause": {"500": 1, "429": 2}}
+        store.add_faults({"attempts": 1})
+    total = {"attempts": 6, "retries": 3, "retries_by_cause": {"500": 1, "429": 2}}
+    assert read_faults(a) == read_manifest(a)["faults"] == total
+    assert len(log.read_text(encoding="utf-8").splitlines()) == 3
+
+    fill(b, range(0))  # a folder written before the log: its manifest's counts only
+    (b / "faults-00000-of-00001.jsonl").unlink(missing_ok=True)
+    manifest = read_manifest(b) | {"faults": {"attempts": 4, "timeouts": 1}}
+    (b / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    for _ in range(2):  # carried over into the log once, not again
+        with ShardStore(b, ShardSpec(), IDENTITY):
+            pass
+        assert read_faults(b) == read_manifest(b)["faults"] == {"attempts": 4, "timeouts": 1}
+
+    merged = merge_shards([a, b, a], tmp_path / "merged")
+    assert (
+        read_manifest(merged)["faults"]
+        == read_faults(merged)
+        == add_counts(total, {"attempts": 4, "timeouts": 1})
+    )

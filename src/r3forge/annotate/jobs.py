@@ -19,12 +19,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
-from r3forge.annotate.judge import JudgeStep, approvals, judge_items
+from r3forge.annotate.judge import JudgeStep, judge_items
 from r3forge.annotate.paraphrase import ParaphraseChecks, ParaphraseStep
-from r3forge.annotate.report import annotation_report, fault_figures, format_report, write_report
+from r3forge.annotate.report import annotation_report, format_report, judge_report, write_report
 from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
 from r3forge.backends.open import LLMConfig, llm_identity, load_tokenizer, open_llm
 from r3forge.data.loaders import load_qa
+from r3forge.errors import ConfigError
 from r3forge.runfolder import check, claim, settings
 from r3forge.synth.engine import EngineConfig, RunSummary, run_step
 from r3forge.synth.export import HubConfig, push_from_config
@@ -124,6 +125,13 @@ class ParaphraseConfig:
     )
     temperature: float = field(default=0.0, metadata={"help": "Teacher sampling temperature (0: greedy)."})
     max_tokens: int = field(default=512, metadata={"help": "Max new tokens (hitting it: truncated)."})
+
+    def __post_init__(self) -> None:
+        if self.min_ratio > self.max_ratio:
+            raise ConfigError(
+                f"min_ratio ({self.min_ratio:g}) is over max_ratio ({self.max_ratio:g}): every rewrite would be "
+                "rejected as too short or too long"
+            )
 
 
 VERBAL_CONFIGS = (PairsConfig, VerbalAnnotateConfig, LLMConfig, RunConfig, HubConfig)
@@ -234,13 +242,10 @@ def judge_main(config: JudgeConfig, teacher: LLMConfig, run: RunConfig, hub: Hub
         )  # fmt: skip
 
     def report() -> None:
-        verdicts = approvals(run.output_dir)
-        approved = sum(verdicts.values())
-        rate = approved / len(verdicts) if verdicts else 0.0
-        figures = {"annotations": len(items), "judged": len(verdicts), "approved": approved}
-        figures |= {"approval_rate": round(rate, 4), **fault_figures(run.output_dir)}
+        figures = judge_report(run.output_dir, [{"annotation_key": i["annotation_key"]} for i in items])
         write_report(figures, run.output_dir)
-        print(f"judge: {approved}/{len(verdicts)} annotations approved ({rate:.1%})", file=sys.stderr)
+        approved, judged = figures["annotations_approved"], figures["annotations_judged"]
+        print(f"judge: {approved}/{judged} judged annotations approved", file=sys.stderr)
 
     return run_job(make_step, items, teacher, run, hub, report)
 

@@ -1,5 +1,7 @@
-"""What a verbal annotation run produced, in figures: acceptance, reject reasons, score distribution and the
-agreement of the teacher's scores with gold relevance (NDCG@k of the teacher's ranking).
+"""What a verbal annotation run produced, in figures: how its pairs ended (requested = accepted + rejected
++ failed + not sent; `report.json`'s `counts` says what each count counts), reject and failure reasons,
+the teacher's faults over every run, the score distribution and the agreement of the teacher's scores with
+gold relevance (NDCG@k of the teacher's ranking). `judge_report`: the same counts for a judge run.
 
     print(format_report(annotation_report("runs/annotate/verbal_hotpotqa_cpu")))
 
@@ -21,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from r3forge.annotate.judge import approvals
 from r3forge.annotate.verbal import expected_score
 from r3forge.metrics.ranking import ndcg_batch
-from r3forge.synth.export import load_accepted, load_rejected
-from r3forge.synth.store import read_manifest
+from r3forge.synth.export import load_accepted
+from r3forge.synth.faults import item_outcomes
+from r3forge.synth.store import canonical_json, read_faults
 
 K_VALUES = (1, 2, 3, 5)
 
@@ -111,44 +115,120 @@ def agreement(
     return out
 
 
+# what each count of a verbal annotation report counts (report.json's "counts")
+PAIR_COUNTS = {
+    "pairs_requested": "distinct (question, document) pairs of the job's input (without it, as in `annotate "
+    "report`: the pairs with a record in the folder) = pairs_annotated + pairs_failed + pairs_not_sent",
+    "pairs_annotated": "pairs the teacher answered = pairs_accepted + pairs_rejected",
+    "pairs_accepted": "answers that passed the format and copy checks: the training data",
+    "pairs_rejected": "answers the checks refused (by reason: reject_reasons); not training data",
+    "pairs_failed": "pairs whose request the teacher server never answered usably, after every retry (by "
+    "reason: failure_reasons); a rerun retries them",
+    "pairs_not_sent": "pairs with no record yet (the run stopped before them); a rerun sends them",
+    "acceptance_rate": "pairs_accepted / pairs_annotated",
+    "faults": "the teacher server's calls over every run into the folder, killed runs included: attempts "
+    "(HTTP calls made), retries by cause, timeouts, requests given up by reason (also those of pairs a "
+    "later run annotated)",
+}
+# the same for a judge report
+JUDGE_COUNTS = {
+    "annotations_requested": "distinct annotations of the job's input = annotations_judged + "
+    "annotations_rejected + annotations_failed + annotations_not_sent",
+    "annotations_judged": "annotations the judge gave a verdict on",
+    "annotations_approved": "of annotations_judged, those with the verdict yes",
+    "annotations_rejected": "judge answers without a usable verdict (by reason: reject_reasons)",
+    "annotations_failed": "annotations whose request the judge server never answered usably, after every "
+    "retry (by reason: failure_reasons); a rerun retries them",
+    "annotations_not_sent": "annotations with no record yet (the run stopped before them)",
+    "approval_rate": "annotations_approved / annotations_judged",
+    "faults": PAIR_COUNTS["faults"].replace("teacher", "judge"),
+}
+
+
+def outcome_counts(folder: str, requested: Iterable[dict] | None = None) -> dict[str, Any]:
+    """How the items of a synthesis folder ended: requested, accepted, rejected, failed, not_sent (counts)
+    and reject_reasons / failure_reasons, over the items whose `key()` is in `requested` (the job's input;
+    None: every item with a record in the folder). requested = accepted + rejected + failed + not_sent."""
+    ended = item_outcomes(folder)
+    wanted = set(ended) if requested is None else {canonical_json(k) for k in requested}
+    kinds, reasons = Counter(), {"rejected": Counter(), "failed": Counter()}
+    for key in wanted & ended.keys():
+        kind, reason = ended[key]
+        kinds[kind] += 1
+        reasons.get(kind, Counter())[reason] += 1
+    done = kinds["accepted"] + kinds["rejected"] + kinds["failed"]
+    return {
+        "requested": len(wanted),
+        **{kind: kinds[kind] for kind in ("accepted", "rejected", "failed")},
+        "not_sent": len(wanted) - done,
+        "reject_reasons": dict(reasons["rejected"].most_common()),
+        "failure_reasons": dict(reasons["failed"].most_common()),
+    }
+
+
 def annotation_report(
     folder: str, labels: Mapping[tuple[str, str], int | None] | None = None
 ) -> dict[str, Any]:
-    """Counts, reject reasons, score distribution and `agreement` of a verbal annotation folder."""
-    accepted, rejected = load_accepted(folder), load_rejected(folder)
-    total = len(accepted) + len(rejected)
+    """Counts (each described in `counts`), reject and failure reasons, teacher faults, score distribution
+    and `agreement` of a verbal annotation folder, over the pairs of `labels` (the job's: (question_id,
+    doc_id) -> gold relevance), or over every pair of the folder without them."""
+    requested = None if labels is None else [{"question_id": q, "doc_id": d} for q, d in labels]
+    n = outcome_counts(folder, requested)
+    accepted = load_accepted(folder)
     cols = ("question_id", "doc_id", "score", "score_logprob", "score_logprobs", "relevance", "rank")
     values = [accepted[c] if c in accepted.column_names else [None] * len(accepted) for c in cols]
     rows = [dict(zip(cols, v, strict=True)) for v in zip(*values, strict=True)]
+    if labels is not None:
+        rows = [r for r in rows if (r["question_id"], r["doc_id"]) in labels]
     for r in rows:  # the teacher's expected score from its five digit logprobs (None without top-k)
         r["expected_score"] = expected_score(r.pop("score_logprobs"))
     scores = Counter(int(r["score"]) for r in rows)
-    reasons = Counter(rejected["reason"]) if len(rejected) else Counter()
+    annotated = n["accepted"] + n["rejected"]
     return {
         "folder": str(folder),
-        "pairs": total,
-        "accepted": len(accepted),
-        "acceptance_rate": round(len(accepted) / total, 4) if total else None,
-        "reject_reasons": dict(reasons.most_common()),
+        "pairs_requested": n["requested"],
+        "pairs_annotated": annotated,
+        "pairs_accepted": n["accepted"],
+        "pairs_rejected": n["rejected"],
+        "pairs_failed": n["failed"],
+        "pairs_not_sent": n["not_sent"],
+        "acceptance_rate": round(n["accepted"] / annotated, 4) if annotated else None,
+        "reject_reasons": n["reject_reasons"],
+        "failure_reasons": n["failure_reasons"],
+        "faults": read_faults(folder),
+        "counts": PAIR_COUNTS,
         "score_distribution": {str(s): scores.get(s, 0) for s in range(1, 6)},
-        **fault_figures(folder),
         **agreement(rows, labels),
     }
 
 
-def fault_figures(folder: str) -> dict[str, Any]:
-    """From the run's manifest: the items that failed (a rerun retries them) and the teacher's faults
-    (retries by cause, timeouts, requests given up) over every run into the folder."""
-    manifest = read_manifest(folder) or {}
+def judge_report(folder: str, requested: Iterable[dict]) -> dict[str, Any]:
+    """Counts (each described in `counts`), approval rate and judge faults of a judge folder over the
+    annotations of `requested` (the judge step's `key()` of each item: {"annotation_key": ...})."""
+    requested = list(requested)
+    n = outcome_counts(folder, requested)
+    wanted = {k["annotation_key"] for k in requested}
+    verdicts = [v for key, v in approvals(folder).items() if key in wanted]
+    approved = sum(verdicts)
     return {
-        "failed": manifest.get("failed", 0),
-        "failure_reasons": manifest.get("failure_reasons", {}),
-        "faults": manifest.get("faults", {}),
+        "annotations_requested": n["requested"],
+        "annotations_judged": n["accepted"],
+        "annotations_approved": approved,
+        "annotations_rejected": n["rejected"],
+        "annotations_failed": n["failed"],
+        "annotations_not_sent": n["not_sent"],
+        "approval_rate": round(approved / len(verdicts), 4) if verdicts else None,
+        "reject_reasons": n["reject_reasons"],
+        "failure_reasons": n["failure_reasons"],
+        "faults": read_faults(folder),
+        "counts": JUDGE_COUNTS,
     }
 
 
 def format_report(report: Mapping[str, Any]) -> str:
-    lines = [f"{k}: {json.dumps(v) if isinstance(v, dict) else v}" for k, v in report.items()]
+    """One `name: value` line per figure (not the `counts` descriptions)."""
+    items = [(k, v) for k, v in report.items() if k != "counts"]
+    lines = [f"{k}: {json.dumps(v) if isinstance(v, dict) else v}" for k, v in items]
     return "\n".join(lines)
 
 

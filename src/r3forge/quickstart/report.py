@@ -101,11 +101,12 @@ def annotation_section(run: Path, teacher: str, labels: str = "model") -> list[s
              f"Teacher `{teacher}` behind a vLLM OpenAI server on loopback, the reranker world's questions with "
              "their own graded passages. `ndcg@k` ranks by its argmax score (ties: the score token's logprob), "
              "`expected_ndcg@k` by its expected score from the five digit logprobs.", "",
-             f"- pairs {rep['pairs']}, accepted {rep['accepted']} ({fmt(rep['acceptance_rate'])})",
+             f"- pairs annotated {rep['pairs_annotated']}, accepted {rep['pairs_accepted']} "
+             f"({fmt(rep['acceptance_rate'])})",
              f"- reject reasons: {json.dumps(rep['reject_reasons'])}",
              f"- score distribution (1-5): {json.dumps(rep['score_distribution'])}"]  # fmt: skip
-    extra = {k: v for k, v in rep.items() if k not in ("folder", "pairs", "accepted", "acceptance_rate",
-             "reject_reasons", "score_distribution")}  # fmt: skip
+    extra = {k: v for k, v in rep.items() if k not in ("folder", "pairs_annotated", "pairs_accepted",
+             "acceptance_rate", "reject_reasons", "score_distribution", "counts")}  # fmt: skip
     lines += [f"- {k}: {json.dumps(v) if isinstance(v, dict) else fmt(v)}" for k, v in extra.items()]
     used = [s for s, n in (rep["score_distribution"] or {}).items() if n]
     if len(used) == 1:
@@ -240,8 +241,8 @@ def agent_section(run: Path) -> list[str]:
 def precision_lines(state: dict[str, Any], stages: Sequence[Any]) -> list[str]:
     """The machine and each training stage's precision, as its run.json recorded it (`bf16: auto` resolved)."""
     machine = state.get("machine") or {}
-    lines = [f"Machine: {machine.get('cpu', 'unknown CPU')}, {machine.get('cores', '?')} cores; bf16 units: "
-             f"{'yes' if machine.get('bf16_units') else 'no'} ({machine.get('why', 'not recorded')})."]  # fmt: skip
+    lines = [f"Machine: {machine.get('cores', '?')} cores; {machine.get('why', 'CPU not recorded')}. Training "
+             "precision (`bf16: auto` resolves per machine; run.json of each training stage):"]  # fmt: skip
     for stage in stages:
         info = (read_json(Path(stage.output) / "run.json") or {}).get("precision") if stage.output else None
         if info:

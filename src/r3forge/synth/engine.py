@@ -46,6 +46,7 @@ from r3forge.synth.store import (
 if TYPE_CHECKING:
     from r3forge.backends.base import GenerationBackend, GenerationRequest
 
+POLL_S = 0.25  # while batches are in flight, the backend's fault counts are saved this often
 # record fields the engine writes; a parsed output may not use them (they become Dataset columns too)
 RESERVED = frozenset(
     {"key", "input", "step", "version", "model", "sampling", "raw", "reasoning", "finish_reasons"}
@@ -279,8 +280,8 @@ def run_step(
     identity = {"step": step.name, "version": step.version, "model": model}
     with ShardStore(config.output_dir, shard, identity, resume=config.resume) as store:
         plan = _plan(step, items, model, config, store.done, summary, None)
-        with faults.counted(backend, store, summary):
-            _generate(step, items, backend, plan, store, config, summary)
+        with faults.counted(backend, store, summary) as log:
+            _generate(step, items, backend, plan, store, config, log)
         store.complete = not store.failed
     summary.elapsed_s = time.perf_counter() - start
     print(summary.line(), file=sys.stderr)
@@ -296,14 +297,24 @@ def _generate(
     plan: _Plan,
     store: ShardStore,
     config: EngineConfig,
-    summary: RunSummary,
+    log: faults.FaultLog,
 ) -> None:
-    """Pass 2: prompt, generate and parse batch by batch; every finished batch is appended and fsync'd."""
+    """Pass 2: prompt, generate and parse batch by batch; every finished batch is appended and fsync'd,
+    after the backend's fault counts (also saved every `POLL_S` while batches are in flight)."""
+    summary = log.summary
     show = config.progress and bool(plan.pending)
     bar = tqdm(total=len(plan.pending), unit="item", disable=not show, file=sys.stderr, dynamic_ncols=True)
     t0, reasons, failures = time.perf_counter(), Counter(), Counter()
     in_flight: set[Future] = set()
     pool = ThreadPoolExecutor(max_workers=config.concurrency)
+
+    def drain(limit: int) -> None:  # finish batches until fewer than `limit` are in flight
+        nonlocal in_flight
+        while len(in_flight) >= limit:
+            finished, in_flight = wait(in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            log.save()  # before the batches' records: a kill in between counts their calls, redoes them
+            for future in finished:
+                finish(future)
 
     def finish(future: Future) -> None:
         batch, results, latency = future.result()
@@ -341,13 +352,8 @@ def _generate(
                 store.add_sampling(sampling)
                 batch.append((item, key, requests, many, sampling))
             in_flight.add(pool.submit(_call, backend, batch))
-            while len(in_flight) >= config.concurrency:
-                finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    finish(future)
-        for future in list(in_flight):  # in submission order is not needed; all are written as they end
-            in_flight.discard(future)
-            finish(future)
+            drain(config.concurrency)
+        drain(1)  # the last batches, written as they end
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         bar.close()

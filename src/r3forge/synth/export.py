@@ -3,7 +3,7 @@
 A folder exported by `export_dataset` (done by an unsharded `run_step` and by `merge_shards`) reads like a
 Hub dataset repo:
 
-    manifest.json  {accepted,rejected,failed}-*.jsonl      the store (source of truth)
+    manifest.json  {accepted,rejected,failed,faults}-*.jsonl    the store (source of truth)
     data/train-00000-of-00001.parquet                       accepted records, one column per output field
     rejected/train-00000-of-00001.parquet                   rejected records (the "rejected" config)
     README.md                                               the card: counts, histograms, reject reasons
@@ -19,7 +19,6 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +28,17 @@ from huggingface_hub import HfApi
 from r3forge import __version__
 from r3forge.synth.store import (
     FAILED,
+    FAULTS,
     KINDS,
     MANIFEST,
     STORE_FORMAT,
     ShardSpec,
     SynthError,
-    add_counts,
     check_identity,
     iter_records,
+    read_faults,
     read_manifest,
+    record_files,
     write_manifest,
 )
 
@@ -156,6 +157,7 @@ def merge_shards(
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                     counts[kind] += 1
                     reasons.get(kind, Counter()).update([str(record.get("reason"))])
+        _merge_faults(roots, tmp / f"{FAULTS}-{tag}.jsonl")
         sampling = [s for m in manifests for s in m.get("sampling", [])]
         write_manifest(
             tmp,
@@ -173,7 +175,7 @@ def merge_shards(
                 "reject_reasons": dict(sorted(reasons["rejected"].items())),
                 "failed": counts[FAILED],
                 "failure_reasons": dict(sorted(reasons[FAILED].items())),
-                "faults": reduce(add_counts, [m.get("faults", {}) for m in manifests], {}),
+                "faults": read_faults(tmp),
                 "r3forge_version": __version__,
             },
         )
@@ -196,6 +198,18 @@ def merge_shards(
             file=sys.stderr,
         )
     return out
+
+
+def _merge_faults(roots: list[Path], path: Path) -> None:
+    """The folders' teacher fault increments in one log (each once: a folder given twice adds nothing); a
+    folder from before the logs adds its manifest's `faults` as one increment."""
+    with open(path, "w", encoding="utf-8") as f:
+        for root in dict.fromkeys(r.resolve() for r in roots):
+            faults = (read_manifest(root) or {}).get("faults") or {}
+            if faults and not record_files(root, FAULTS):
+                f.write(json.dumps({"key": f"manifest:{root}", "faults": faults}) + "\n")
+        for record in iter_records(roots, FAULTS):
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def _coverage(manifests: list[dict[str, Any]]) -> tuple[bool, list[str]]:

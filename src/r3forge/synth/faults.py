@@ -6,22 +6,27 @@ keeps the batch's other items. A failed record is not done, so the next run of t
 item again. A batch whose every request failed to connect stops the run instead (the server is down: there
 is nothing to gain from retrying every item in turn; a rerun resumes).
 
-The backend's fault counters (`backend.faults`, a dict of counts: the HTTP backend's retries by cause,
-timeouts, requests given up), read before and after the run, are the run's faults: `RunSummary.faults`,
-and summed over every run into the folder, the `faults` of `manifest.json`. A backend without `faults`
-(in-process ones, which do not retry) records none.
+The backend's fault counters (`backend.faults`, a dict of counts: the HTTP backend's calls, retries by
+cause, timeouts, requests given up), less their values when the run began, are the run's faults:
+`RunSummary.faults`. They are saved as they grow (`FaultLog`: every `POLL_S` while batches are in flight,
+and before each finished batch's records are written), as increments appended to the folder's
+`faults-*.jsonl`, whose sum is the `faults` of `manifest.json`: a run killed with `kill -9` keeps what it
+counted up to its last save, and the run that resumes it counts only its own calls, so each call is counted
+once. A backend without `faults` (in-process ones, which do not retry) records none.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from r3forge.errors import PartialFailure, RequestFailed
-from r3forge.synth.store import add_counts
+from r3forge.synth.store import FAILED, add_counts, canonical_json, iter_lines, record_files
 
 
 def usable_results(error: PartialFailure) -> list:
@@ -53,20 +58,41 @@ def failed_record(
 
 def backend_faults(backend: Any) -> dict[str, Any]:
     """A snapshot of the backend's fault counters ({} when it keeps none)."""
-    faults = getattr(backend, "faults", None)
-    return add_counts({}, faults) if isinstance(faults, dict) else {}
+    for _ in range(100):
+        try:
+            faults = getattr(backend, "faults", None)
+            return add_counts({}, faults) if isinstance(faults, dict) else {}
+        except RuntimeError:  # a counter of the backend's thread grew while it was read: read it again
+            continue
+    raise RuntimeError(f"backend {getattr(backend, 'name', backend)!r}: its `faults` could not be read")
+
+
+class FaultLog:
+    """A run's fault counts: `save()` appends what the backend counted since the last save to the store's
+    log (`ShardStore.add_faults`) and sets `summary.faults` to the run's total so far."""
+
+    def __init__(self, backend: Any, store: Any, summary: Any):
+        self.backend, self.store, self.summary = backend, store, summary
+        self.start = self.saved = backend_faults(backend)
+
+    def save(self) -> None:
+        now = backend_faults(self.backend)
+        increment = faults_since(self.saved, now)
+        if any(v for v in increment.values()):  # a cause that occurred, or a call made
+            self.store.add_faults(increment)
+            self.saved = now
+        self.summary.faults = faults_since(self.start, now)
 
 
 @contextmanager
-def counted(backend: Any, store: Any, summary: Any) -> Iterator[None]:
-    """Around a run's generation: its faults into `summary.faults` and added to `store.faults` (the
-    manifest's), also when the run stops on an error."""
-    before = backend_faults(backend)
+def counted(backend: Any, store: Any, summary: Any) -> Iterator[FaultLog]:
+    """Around a run's generation: its `FaultLog`, saved once more at the end, also when the run stops on
+    an error."""
+    log = FaultLog(backend, store, summary)
     try:
-        yield
+        yield log
     finally:
-        summary.faults = faults_since(before, backend_faults(backend))
-        store.faults = add_counts(store.faults, summary.faults)
+        log.save()
 
 
 def faults_since(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -89,4 +115,16 @@ def fault_text(failed: int, failure_reasons: dict[str, int], faults: dict[str, A
     if faults.get("retries") or faults.get("timeouts"):
         retries, by_cause = faults.get("retries", 0), json.dumps(faults.get("retries_by_cause", {}))
         out += f"; teacher faults: {retries} retries {by_cause}, {faults.get('timeouts', 0)} timeouts"
+    return out
+
+
+def item_outcomes(root: str | os.PathLike[str]) -> dict[str, tuple[str, str]]:
+    """How each item with a record in a folder ended, by the canonical JSON of its `key()`: ("accepted",
+    ""), ("rejected", reject reason) or, for an item not done, ("failed", the reason of its last failure)."""
+    out: dict[str, tuple[str, str]] = {}
+    for kind in (FAILED, "rejected", "accepted"):  # a later kind wins: done beats failed
+        for path in record_files(Path(root), kind):
+            for _, record in iter_lines(path):
+                reason = "" if kind == "accepted" else str(record.get("reason"))
+                out[canonical_json(record.get("input"))] = (kind, reason)
     return out

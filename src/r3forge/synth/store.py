@@ -7,9 +7,12 @@ Layout of one output folder (written by one process at a time; a `.lock` file en
   appended; each batch is written, flushed and fsync'd before the next one is generated.
 * `failed-<tag>.jsonl`: items whose requests failed after the backend's retries (a bad response, a 5xx, a
   timeout...), with the reason code; they are not done, so the next run tries them again.
+* `faults-<tag>.jsonl`: the teacher's fault counts (calls made, retries by cause, timeouts, requests given
+  up), appended as they grow during a run (`faults.py`), one increment per line: their sum is the folder's
+  total over every run, a killed one included, each call counted once.
 * `manifest.json`: step name and prompt version, teacher model, sampling parameters seen, per-shard counts,
-  the items still failed and the teacher's faults (retries by cause, timeouts) summed over the runs;
-  rewritten atomically (temp file + fsync + rename).
+  the items still failed and the teacher's faults (the sum of `faults-*.jsonl`); rewritten atomically
+  (temp file + fsync + rename).
 
 On startup the folder is scanned: every complete line counts as done, a torn last line (a kill in the
 middle of a write: no trailing newline) is truncated away, and a complete line that is not a JSON record
@@ -44,6 +47,7 @@ MANIFEST = "manifest.json"
 STORE_FORMAT = "r3forge.synth/1"
 KINDS = ("accepted", "rejected")  # the done kinds
 FAILED = "failed"  # items to retry
+FAULTS = "faults"  # the teacher's fault counts: increments, summed on read
 IDENTITY = ("step", "version", "model")  # what must match to resume into, or merge, output folders
 # GenerationRequest fields always hashed; any other non-prompt field is hashed only when not at its default,
 # so adding a field to GenerationRequest later does not invalidate existing caches.
@@ -221,6 +225,18 @@ def iter_records(roots: list[Path], kind: str, skip: set[str] | None = None) -> 
                     yield record
 
 
+def read_faults(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """The teacher's fault counts over every run into a folder: the sum of its `faults-*.jsonl` increments
+    (a folder written before those logs: its manifest's `faults`)."""
+    files = record_files(Path(root), FAULTS)
+    if not files:
+        return dict((read_manifest(root) or {}).get("faults") or {})
+    total: dict[str, Any] = {}
+    for record in iter_records([Path(root)], FAULTS):
+        total = add_counts(total, record.get("faults") or {})
+    return total
+
+
 def read_manifest(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The folder's manifest, None when it has none; `DataFormatError` when unreadable."""
     path = Path(root) / MANIFEST
@@ -284,6 +300,8 @@ class ShardStore:
         self._lock = FileLock(self.root / ".lock", timeout=0)
         self._files: dict[str, Any] = {}
         self._last_manifest = 0.0
+        self._run = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(4).hex()}"
+        self._increments = 0  # fault count lines this run appended
 
     def __enter__(self) -> ShardStore:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -308,7 +326,12 @@ class ShardStore:
         if manifest is not None:
             check_identity(manifest, self.identity, str(self.root / MANIFEST))
             self.sampling = list(manifest.get("sampling", []))
-            self.faults = dict(manifest.get("faults", {}))
+        for path in record_files(self.root, FAULTS):
+            for _ in iter_lines(path, repair=True):  # a torn last increment is cut away before appending
+                pass
+        self.faults = read_faults(self.root)
+        if self.faults and not record_files(self.root, FAULTS):  # counts from before the log: carried over
+            self._append(FAULTS, [{"key": f"{self._run}-0", "faults": self.faults, "carried_from": MANIFEST}])
         scanned = scan(self.root, repair=True)
         if scanned.done and not self.resume:
             raise SynthError(
@@ -323,6 +346,21 @@ class ShardStore:
         if sampling not in self.sampling and len(self.sampling) < 50:
             self.sampling.append(sampling)
 
+    def add_faults(self, increment: dict[str, Any]) -> None:
+        """Append an increment of the teacher's fault counts (fsync'd before returning) and add it to the
+        folder's total: what a run counted survives a `kill -9` right after."""
+        self._increments += 1
+        record = {"key": f"{self._run}-{self._increments}", "shard": str(self.shard)}
+        self._append(FAULTS, [record | {"created": round(time.time(), 3), "faults": increment}])
+        self.faults = add_counts(self.faults, increment)
+        self.write_manifest()
+
+    def _append(self, kind: str, records: Sequence[dict[str, Any]]) -> None:
+        f = self._file(kind)
+        f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+
     def append(
         self,
         accepted: list[dict[str, Any]],
@@ -333,10 +371,7 @@ class ShardStore:
         for kind, records in (("accepted", accepted), ("rejected", rejected), (FAILED, failed)):
             if not records:
                 continue
-            f = self._file(kind)
-            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+            self._append(kind, records)
             for r in records:
                 if kind == FAILED:
                     self.failed[r["key"]] = str(r.get("reason"))
