@@ -231,3 +231,37 @@ def test_synth_world_same_settings_replace_other_settings_refused(
     assert main([*world, "--seed", "1", "--overwrite", "true"]) == 0
     (aside,) = tmp_path.glob("world.replaced-*")
     assert (aside / "corpus.jsonl").read_text() == corpus and read_owner(out)["settings"]["seed"] == 1
+
+
+def test_a_file_output_is_refused_inside_another_run_and_written_beside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`data pool` (as `data filter-closed-book` and `data agent-warmstart`) writes one file: not into an SFT
+    run's folder (nor a folder below it), nor over a folder; into a plain folder, or a quickstart run's folder
+    (which holds its stages' outputs, e.g. warmstart.jsonl) but not over the quickstart's own records."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"_id": "q1", "question": "Who wrote Hamlet?", "answer": "Shakespeare",
+                              "context": [["Hamlet", ["Hamlet is a play by William Shakespeare."]]],
+                              "supporting_facts": [["Hamlet", 0]]}) + "\n")  # fmt: skip
+    run = tmp_path / "runs" / "sft-run"
+    record_owner(run, "sft", {"dataset": "d"})
+    (run / "metrics.jsonl").write_text('{"loss": 1.0}\n')
+    quick = tmp_path / "runs" / "quickstart-1"
+    record_owner(quick, "quickstart", {"seed": 0})
+
+    def pool(out: Path) -> int:
+        return main(["data", "pool", "--qa_path", str(qa), "--output", str(out)])
+
+    for out in (run / "metrics.jsonl", run / "sub" / "corpus.jsonl"):
+        assert pool(out) == 1
+        assert error(capsys).endswith(
+            f"error: flag '--output': {out} is inside {run}, the run folder of `sft` (owner.json); write it "
+            "outside that folder"
+        )
+    assert pool(run) == 1 and f"flag '--output': {run} is a folder" in error(capsys)
+    assert pool(quick / OWNER) == 1 and "would replace a record of the `quickstart` run" in error(capsys)
+    assert pool(qa / "corpus.jsonl") == 1 and f"{qa} is a file, not a folder" in error(capsys)
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", OWNER]  # nothing written, no .tmp
+    assert (run / "metrics.jsonl").read_text() == '{"loss": 1.0}\n'
+    assert pool(quick / "corpus.jsonl") == 0 and pool(tmp_path / "data" / "corpus.jsonl") == 0
+    assert (quick / "corpus.jsonl").read_text() == (tmp_path / "data" / "corpus.jsonl").read_text() != ""

@@ -17,6 +17,9 @@ grows item by item). A model is named by `identity.model_identity` (a local fold
 A folder without `owner.json` (written before owners were recorded, or a folder of the user's files) is adopted
 by the first command that claims it, unless it holds files of another kind of run (`MARKERS`): that is refused
 like a foreign owner. Under a distributed launch (torchrun / accelerate) only rank 0 checks, moves and writes.
+
+A command that writes one file (`data pool`, `data filter-closed-book`, `data agent-warmstart`: `--output`)
+owns no folder; `check_file` refuses a path inside another command's run folder (or a folder), before it loads.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ MARKERS = ("manifest.json", "run.json", "checkpoint-*", "config.yaml", "rows.jso
            "dataset_dict.json", "world.json", "train_info.json", "golden.jsonl", "evidence.jsonl", "claims.jsonl")  # fmt: skip
 # what a command writes before it produces anything: a folder holding only these is free to claim again
 SETUP = (OWNER, "config.yaml")
+# kinds whose folder holds the runs and files of the commands they run (the quickstart's stages)
+HOLDS_RUNS = frozenset({"quickstart"})
 
 
 class RunFolderError(R3ForgeError, RuntimeError):
@@ -198,6 +203,38 @@ def check(
     out = Path(folder)
     if (problem := _problem(out, kind, _plain(wanted), legacy)) is not None:
         raise RunFolderError(f"{out}: {problem}; {remedy}")
+
+
+def check_file(path: str | os.PathLike[str], origin: str) -> Path:
+    """Refuse (`RunFolderError`, one line starting with `origin`, e.g. `flag '--output'`) a file output that
+    could not be written or would land in another command's run: `path` is a folder, a folder on its way is a
+    file, or a folder above it (the nearest with an `owner.json`) belongs to a run. A folder that holds runs
+    (`HOLDS_RUNS`: the quickstart's) takes files right in it (a stage's output), but not its own records.
+    Returns `path`. There is no override: a run's folder holds what its command wrote.
+
+    >>> str(check_file("out/pool.jsonl", "flag '--output'"))
+    'out/pool.jsonl'
+    """
+    out = Path(path)
+    if out.is_dir():
+        raise RunFolderError(f"{origin}: {out} is a folder; give the path of a file to write")
+    for folder in out.absolute().parents:
+        if folder.exists() and not folder.is_dir():
+            raise RunFolderError(f"{origin}: {out}: {folder} is a file, not a folder")
+        if (owner := read_owner(folder)) is None:
+            continue
+        if owner.get("kind") in HOLDS_RUNS and folder == out.absolute().parent:
+            if _matches(out.name, (OWNER, *MARKERS)):
+                raise RunFolderError(f"{origin}: {out} would replace a record of the `{owner.get('kind')}` "
+                                     f"run in {folder}; choose another file name")  # fmt: skip
+            return out
+        relative = os.path.relpath(folder)
+        shown = folder if out.is_absolute() or relative.startswith(".") else relative  # not "." or "../.."
+        raise RunFolderError(
+            f"{origin}: {out} is inside {shown}, the run folder of `{owner.get('kind')}` ({OWNER}); "
+            "write it outside that folder"
+        )
+    return out
 
 
 def claim(

@@ -10,14 +10,15 @@ from r3forge.agent.data import filter_closed_book as filter_questions
 from r3forge.agent.env import EnvConfig, SearchConfig
 from r3forge.agent.warmstart import WarmstartArgs, write_warmstart
 from r3forge.backends.open import LLMConfig
-from r3forge.config import parse_config
+from r3forge.config import parse_config, where
 from r3forge.errors import ConfigError
 from r3forge.models import check_models
-from r3forge.runfolder import claim, settings
+from r3forge.runfolder import check_file, claim, settings
 
 
 def filter_closed_book(argv: list[str]) -> int:
     config, generator = parse_config((FilterConfig, LLMConfig), argv, prog="r3forge data filter-closed-book")
+    check_file(config.output, where(config, "output"))
     check_models(config, generator)
     filter_questions(config, generator)
     return 0
@@ -26,6 +27,7 @@ def filter_closed_book(argv: list[str]) -> int:
 def warmstart(argv: list[str]) -> int:
     args, search, env = parse_config((WarmstartArgs, SearchConfig, EnvConfig), argv,
                                      prog="r3forge data agent-warmstart")  # fmt: skip
+    check_file(args.output, where(args, "output"))
     check_models(args, search, env)
     write_warmstart(args, search, env)
     return 0

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from r3forge.config import parse_config
+from r3forge.config import parse_config, where
 from r3forge.data import synth_world, world_files
+from r3forge.data.jsonio import write_jsonl
 from r3forge.data.loaders import load_corpus, load_qa, summarize
 from r3forge.errors import ConfigError
-from r3forge.runfolder import claim, record_owner, settings
+from r3forge.runfolder import check_file, claim, record_owner, settings
 
 
 @dataclass
@@ -72,12 +73,7 @@ def pool(config: PoolConfig) -> dict:
     if not first:
         raise ConfigError(f"qa_path: {config.qa_path}: no record carries passages; nothing to pool")
     out = Path(config.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for (title, text), pid in first.items():
-            f.write(json.dumps({"id": pid, "title": title, "text": text}, ensure_ascii=False) + "\n")
-    tmp.replace(out)
+    write_jsonl(out, ({"id": pid, "title": title, "text": text} for (title, text), pid in first.items()))
     stats = {"records": len(ds), "passages": total, "distinct": len(first), "output": str(out)}
     print(json.dumps(stats))
     return stats
@@ -102,5 +98,6 @@ def show_main(argv: list[str]) -> int:
 
 def pool_main(argv: list[str]) -> int:
     (cfg,) = parse_config((PoolConfig,), argv, prog="r3forge data pool")
+    check_file(cfg.output, where(cfg, "output"))
     pool(cfg)
     return 0

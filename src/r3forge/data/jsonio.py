@@ -5,7 +5,7 @@ Writers share one policy for numbers JSON has no word for: NaN (an undefined met
 constant) is written as `null`; +-inf stays a float (JSON's `Infinity` / `-Infinity`, which Python's `json`
 and pandas read back: `eval rag`'s threshold T_p = -inf means "admit everything" and must survive a round
 trip). Tensors and NumPy scalars become floats; anything else unknown its `str`. Whole-file writes are
-atomic (a kill mid-write leaves the old file) and create the parent folder.
+atomic (a kill mid-write leaves the old file; a failed write leaves no `.tmp`) and create the parent folder.
 
 Every reader yields `(line, value)` pairs, where `line` is the 1-based line on which the value starts, so
 callers can report "file:line: what is wrong". Three layouts are understood:
@@ -201,8 +201,12 @@ def dumps(value: Any, indent: int | None = None) -> str:
 def _replace(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except BaseException:  # e.g. `path` is a folder: no stray .tmp beside it
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_json(path: Path, payload: Any, indent: int = 1) -> None:

@@ -26,7 +26,9 @@ import Stemmer
 from bm25s import stopwords as bm25s_stopwords
 from tqdm.auto import tqdm
 
+from r3forge.config import where
 from r3forge.data.loaders import PathSpec
+from r3forge.errors import ConfigError
 from r3forge.retrieval.base import (
     PASSAGES_DIR,
     Fingerprint,
@@ -104,12 +106,36 @@ class BM25Config:
             )
 
 
+def token_regex(config: BM25Config) -> re.Pattern[str]:
+    """`config.token_pattern` compiled; a `ConfigError` naming where it was set (`config.where`) when it is no
+    regex, or has more than one group (its matches would be tuples, not tokens).
+
+    >>> token_regex(BM25Config(token_pattern="[a-z]+")).findall("to be")
+    ['to', 'be']
+    >>> token_regex(BM25Config(token_pattern="("))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    r3forge.errors.ConfigError: default 'token_pattern': not a valid regex '(': missing ), unterminated ...
+    """
+    try:
+        pattern = re.compile(config.token_pattern)
+    except re.error as e:
+        raise ConfigError(
+            f"{where(config, 'token_pattern')}: not a valid regex {config.token_pattern!r}: {e}"
+        ) from None
+    if pattern.groups > 1:
+        raise ConfigError(
+            f"{where(config, 'token_pattern')}: {config.token_pattern!r} has {pattern.groups} groups; a token "
+            "pattern may have one at most (write the others as (?:...))"
+        )
+    return pattern
+
+
 class BM25Tokenizer:
     """text -> list of (stemmed) tokens; thread-safe (one PyStemmer object per thread)."""
 
     def __init__(self, config: BM25Config):
         self.config = config
-        self._split = re.compile(config.token_pattern).findall
+        self._split = token_regex(config).findall
         self._stopwords = (
             frozenset(STOPWORDS[config.stopwords]) if config.stopwords != "none" else frozenset()
         )

@@ -17,7 +17,7 @@ from r3forge.config import parse_config
 from r3forge.models import check_models
 from r3forge.retrieval import load_retriever
 from r3forge.retrieval.base import KINDS, MANIFEST_NAME, read_manifest
-from r3forge.retrieval.bm25 import BM25Config, build_bm25_index
+from r3forge.retrieval.bm25 import BM25Config, build_bm25_index, token_regex
 from r3forge.retrieval.dense import DenseConfig, build_dense_index
 from r3forge.runfolder import claim, record_owner, settings
 
@@ -74,6 +74,8 @@ def build_main(argv: list[str]) -> int:
     )
     if config.kind == "dense":
         check_models(dense)
+    else:
+        token_regex(bm25)
     build(config, bm25, dense)
     return 0
 

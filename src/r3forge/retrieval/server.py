@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from r3forge.config import parse_config
 from r3forge.data.records import flashrag_contents
+from r3forge.errors import ConfigError
 from r3forge.retrieval import load_retriever
 from r3forge.retrieval.base import RetrievalError, Retriever
 from r3forge.retrieval.batcher import MicroBatcher, Result
@@ -82,6 +83,13 @@ class ServeConfig:
             "races clients that reuse pooled connections under bursty rollout traffic)."
         },
     )
+
+    def __post_init__(self) -> None:
+        if self.default_topk > self.max_topk:
+            raise ConfigError(
+                f"default_topk ({self.default_topk}) is over max_topk ({self.max_topk}): every request "
+                "without a topk would be refused; lower default_topk or raise max_topk"
+            )
 
 
 class RetrieveRequest(BaseModel):
