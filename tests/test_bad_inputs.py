@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import shlex
 from pathlib import Path
 
@@ -41,6 +42,16 @@ CASES = [
     (f"{VERBAL} --config {{d}}/bad.yaml", ("bad.yaml:3: invalid YAML",)),
     (f"{VERBAL} --config {{d}}/list.yaml", ("list.yaml:1: a config file must be a mapping",)),
     (f"{RAG} --config {{d}}/dup.yaml", ("dup.yaml:2: duplicate key 'batch_size' (first at line 1)",)),
+    # a non-UTF-8 YAML; a mapping where a list or a number goes
+    (f"{RAG} --config {{d}}/latin1.yaml", ("latin1.yaml:2: not UTF-8 text (byte 0xe9",)),
+    (f"{RAG} --config {{d}}/map_list.yaml", ("map_list.yaml:1: key 'top_m': expected a list, got a mapping",)),
+    (f"{RAG} --config {{d}}/map_int.yaml", ("map_int.yaml:1: key 'batch_size': expected a single value",)),
+    # sizes that mean nothing: a cadence of 0 steps, a negative max_steps other than -1
+    (f"{SFT} --dataset {{d}}/rows.jsonl --save_steps 0", ("flag '--save_steps': must be > 0", "got 0")),
+    (f"{SFT} --dataset {{d}}/rows.jsonl --eval_steps 0", ("flag '--eval_steps': must be > 0",)),
+    (f"{SFT} --dataset {{d}}/rows.jsonl --max_steps -5", ("flag '--max_steps': must be >= 1 or -1 (the epochs decide), got -5",)),
+    (f"{GRPO} --dataset {{d}}/qa.jsonl --max_steps 0", ("flag '--max_steps': must be >= 1 or -1",)),
+    (f"{SFT} --dataset {{d}}/rows.jsonl --bf16 maybe", ("argument --bf16", "'maybe'", "or auto")),
     (f"{SFT} --dataset {{d}}/rows.jsonl --config {{d}}/typo_sft.yaml", ("typo_sft.yaml:1: unknown key 'learning_rat'",)),
     (f"{GRPO} --dataset {{d}}/qa.jsonl --config {{d}}/typo.yaml", ("typo.yaml:2: unknown key 'max_question'",)),
     (f"{REWRITE} --config {{d}}/typo.yaml", ("typo.yaml:2: unknown key 'max_question'", "'max_questions'?")),
@@ -101,6 +112,18 @@ CASES = [
     (f"{INDEX} --chunk_size 0", ("flag '--chunk_size': must be >= 1",)),
     ("serve retriever --index {d}/idx --port 70000", ("flag '--port': must be in [0, 65535], got 70000",)),
     ("serve retriever --index {d}/idx --max_topk 0", ("flag '--max_topk': must be >= 1",)),
+    # a regex that is none, fields whose order is wrong, a file output over a folder or in another run's folder
+    (f"{INDEX} --token_pattern (", ("flag '--token_pattern': not a valid regex '('", "missing ), unterminated")),
+    (f"{INDEX} --config {{d}}/regex.yaml", ("regex.yaml:1: key 'token_pattern'", "has 2 groups")),
+    ("serve retriever --index {d}/idx --default_topk 500 --max_topk 10", ("default_topk (500) is over max_topk (10)",)),
+    ("annotate paraphrase --qa_path {d}/qa.jsonl --output_dir {o} --min_ratio 3 --max_ratio 2", ("min_ratio (3) is over max_ratio (2)",)),
+    ("data pool --qa_path {d}/qa.jsonl --output {d}/emptydir", ("flag '--output': {d}/emptydir is a folder",)),
+    ("data pool --qa_path {d}/qa.jsonl --output {d}/qa.jsonl/pool.jsonl", ("{d}/qa.jsonl is a file, not a folder",)),
+    ("data pool --qa_path {d}/qa.jsonl --config {d}/pool_out.yaml", ("pool_out.yaml:1: key 'output'", "inside {d}/sftrun, the run folder of `sft`")),
+    ("data pool --qa_path {d}/qa.jsonl --output {d}/sftrun/metrics.jsonl", ("flag '--output'", "inside {d}/sftrun, the run folder of `sft`")),
+    ("data filter-closed-book --qa_path {d}/qa.jsonl --output {d}/sftrun/metrics.jsonl", ("flag '--output'", "inside {d}/sftrun, the run folder of `sft`")),
+    ("data agent-warmstart --dataset {d}/qa.jsonl --index {d}/idx --output {d}/sftrun/eval/warm.jsonl", ("flag '--output'", "inside {d}/sftrun, the run folder of `sft`")),
+    ("data agent-warmstart --dataset {d}/qa.jsonl --index {d}/idx --output {d}/emptydir", ("flag '--output': {d}/emptydir is a folder",)),
     ("data synth-world --output_dir {o}/w --num_questions 0", ("flag '--num_questions': must be >= 1",)),
     ("data synth-world --output_dir {o}/w --config {d}/world.yaml", ("world.yaml:1: key 'two_hop_fraction': must be in [0, 1]",)),
     ("data show --path {d}/qa.jsonl --num_records -1", ("flag '--num_records': must be >= 0",)),
@@ -156,6 +179,24 @@ CASES = [
     ("data pool --qa_path {d}/nope.jsonl --output {o}/pool.jsonl", ("no such data file: {d}/nope.jsonl",)),
 ]  # fmt: skip
 
+# a model folder that is there but does not open (random bytes for weights, no weights, a config.json of {}),
+# for every model argument of the commands that load one; a release whose weights are random bytes; rewrite
+# with an index folder that holds no index (before any seed document is generated)
+BAD_MODEL_FOLDERS = {"corrupt": "corrupt/model.safetensors: not a safetensors file",
+                     "noweights": "noweights: config.json but no weights",
+                     "emptyconfig": "emptyconfig/config.json: no 'model_type'"}  # fmt: skip
+MODEL_ARGS = (f"{VERBAL} --model", f"{QREAM} --model", f"{RAG} --model", f"{REWRITE} --model",
+              f"{SFT} --dataset {{d}}/rows.jsonl --model_name_or_path", f"{INDEX} --kind dense --encoder")  # fmt: skip
+CASES += [
+    (f"{arg} {{d}}/models/{name}", (f"flag '{arg.split()[-1]}': model '{{d}}/models/{name}'", f"{{d}}/models/{text}"))
+    for arg in MODEL_ARGS for name, text in BAD_MODEL_FOLDERS.items()
+]  # fmt: skip
+CASES += [
+    ("export --run {d}/badrun --out {o}/release", ("{d}/badrun/final/model.safetensors: not a safetensors file",)),
+    (f"{REWRITE} --seed_qa_path {{d}}/qa.jsonl --index {{d}}/emptydir",
+     ("flag '--index': {d}/emptydir/index.json: missing", "not an index built by `r3forge index build`")),
+]  # fmt: skip
+
 QA = {"_id": "q1", "question": "Who wrote Hamlet?", "answer": "Shakespeare", "type": "bridge", "level": "easy",
       "context": [["Hamlet", ["Hamlet is a play by William Shakespeare.", "It is set in Denmark."]],
                   ["Macbeth", ["Macbeth is a tragedy."]]],
@@ -171,6 +212,8 @@ FILES = {
     "wrongtype_qs.yaml": "grpo_steps: three\n",
     "bad.yaml": "seed: 1\nbatch_size: 4\n  indented: 1\n",
     "list.yaml": "- qa_path\n- x.jsonl\n",
+    "map_list.yaml": "top_m: {a: 1}\n",
+    "map_int.yaml": "batch_size:\n  a: 1\n",
     "dup.yaml": "batch_size: 4\nbatch_size: 8\n",
     "zero_batch.yaml": "max_questions: 10\nbatch_size: 0\n",
     "frac.yaml": "validation_fraction: 1.5\n",
@@ -188,6 +231,22 @@ FILES = {
     "mixed.jsonl": json.dumps({"prompt": "text", "completion": "c"}) + "\n" + json.dumps(ROW) + "\n",
     "array.json": "[1, 2]\n",
     "runs/sft/final/config.json": "{}\n",
+    "models/corrupt/config.json": '{"model_type": "llama"}\n',
+    "models/corrupt/tokenizer_config.json": "{}\n",
+    "models/noweights/config.json": '{"model_type": "llama"}\n',
+    "models/noweights/tokenizer_config.json": "{}\n",
+    "models/emptyconfig/config.json": "{}\n",
+    "badrun/run.json": json.dumps(
+        {"recipe": "sft", "task": "verbal", "base_model": "smollm2-135m-instruct", "lora": False}
+    ),
+    "badrun/config.yaml": "learning_rate: 2.0e-5\n",
+    "badrun/final_metrics.json": "{}\n",
+    "badrun/final/config.json": '{"model_type": "llama"}\n',
+    "badrun/final/tokenizer_config.json": json.dumps({"chat_template": "{{ messages }}"}),
+    "regex.yaml": "token_pattern: '(\\w)(\\w)'\n",
+    "pool_out.yaml": "output: {d}/sftrun/metrics.jsonl\n",
+    "sftrun/owner.json": json.dumps({"format": "r3forge.owner/1", "kind": "sft", "settings": {}}) + "\n",
+    "sftrun/metrics.jsonl": '{"loss": 1.0}\n',
 }
 
 
@@ -201,7 +260,10 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
         json.dumps(ROW).encode() + b'\n{"prompt": "caf\xe9", "completion": "x"}\n'
     )
     (root / "latin1_qa.jsonl").write_bytes(json.dumps(QA).encode() + b'\n{"question": "caf\xe9"}\n')
+    (root / "latin1.yaml").write_bytes(b"batch_size: 4\nmodel: caf\xe9\n")
     (root / "emptydir").mkdir()
+    for name in ("models/corrupt/model.safetensors", "badrun/final/model.safetensors"):
+        (root / name).write_bytes(random.Random(0).randbytes(2048))  # 2 KB of random bytes
     (root / "idx").mkdir()
     return root
 
@@ -228,3 +290,12 @@ def test_bad_input_is_one_line_naming_where(
     assert line.startswith(f"r3forge {args[0]}"), err
     for text in expected:
         assert text.replace("{d}", str(d)) in line, line
+
+
+def test_rewrite_checks_its_index_before_generating(d: Path, tmp_path: Path, capsys) -> None:
+    """An index folder that holds no index fails before the rewriter loads: no seeds/ (nor any output)."""
+    out = tmp_path / "out"
+    argv = f"{REWRITE} --seed_qa_path {{d}}/qa.jsonl --index {{d}}/emptydir"
+    assert main(shlex.split(argv.replace("{d}", str(d)).replace("{o}", str(out)))) == 1
+    assert "index.json: missing" in capsys.readouterr().err
+    assert not (out / "seeds").exists() and not out.exists()

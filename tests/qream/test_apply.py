@@ -13,6 +13,7 @@ from r3forge.config import missing_help
 from r3forge.qream.apply import REWRITE_CONFIGS, add_answers, evidence_rows, rewrite_report
 from r3forge.qream.rewrite import FT_INSTRUCTION, FTRewriteStep, ft_prompt, rewrite_item
 from r3forge.qream.score import candidate_key
+from r3forge.synth.store import record_files
 
 TARGETS = [
     {"id": "a", "question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]},
@@ -105,7 +106,9 @@ def test_ft_method_prompts_with_the_sft_instruction(base_argv, tmp_path: Path) -
     assert r3forge_main([*base_argv, "--method", "ft", "--output_dir", str(out), "--no_evaluate"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["method"] == "ft" and report["questions"] == 3
-    records = [json.loads(x) for p in (out / "rewrite").glob("*.jsonl") for x in p.read_text().splitlines()]
+    records = [
+        json.loads(x) for p in record_files(out / "rewrite", "accepted") for x in p.read_text().splitlines()
+    ]
     assert len(records) == 3 and all(r["step"] == "qream_ft_rewrite" for r in records)
     item = rewrite_item({"id": "q", "question": "Who?"}, "Some: retrieved text.", 1)
     content = FTRewriteStep().prompt(item).messages[0]["content"]

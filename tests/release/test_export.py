@@ -183,7 +183,13 @@ def test_full_export_card(full_export: Path):
     assert "`0123abcd`" in body and "r3forge 0.1.0" in body
 
 
-def test_lora_export_unmerged_loads_with_peft(lora_run: LoraRun, tmp_path: Path):
+def fp64_atol(model: torch.nn.Module, logits: torch.Tensor, fp32) -> float:
+    """Two float64 forwards of the same fp32 weights: 2·sqrt(L·k)·2^-53·max|logit| (~1e-12); an adapter
+    left out or scaled wrongly moves the logits by its effect (> 1e-1)."""
+    return fp32.atol(logits.abs().max(), fp32.forward_length(model.config)) * 2.0**-29  # u64 = u32·2^-29
+
+
+def test_lora_export_unmerged_loads_with_peft(lora_run: LoraRun, tmp_path: Path, fp32):
     out = export_run(lora_run.path, tmp_path / "adapter", license="mit")
     assert {p.name for p in out.iterdir()} >= {
         "adapter_model.safetensors",
@@ -193,7 +199,7 @@ def test_lora_export_unmerged_loads_with_peft(lora_run: LoraRun, tmp_path: Path)
     assert not (out / "model.safetensors").exists()
     model = AutoPeftModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     exported = logits(model, chat_inputs(out))
-    assert (exported - lora_run.logits).abs().max() < 1e-5
+    assert (exported - lora_run.logits).abs().max() <= fp64_atol(model, lora_run.logits, fp32)
     meta, body = read_card(out)
     assert meta["library_name"] == "peft" and meta["license"] == "mit" and "base_model" not in meta
     assert {"qream", "lora", "peft"} <= set(meta["tags"])
@@ -204,7 +210,9 @@ def test_lora_export_unmerged_loads_with_peft(lora_run: LoraRun, tmp_path: Path)
     assert "is not a Hub repo id" in body  # the run recorded no base_model_id
 
 
-def test_lora_export_unmerged_points_at_the_hub_base(lora_run: LoraRun, smollm2_path: Path, tmp_path: Path):
+def test_lora_export_unmerged_points_at_the_hub_base(
+    lora_run: LoraRun, smollm2_path: Path, tmp_path: Path, fp32
+):
     run = tmp_path / "run"
     shutil.copytree(lora_run.path, run)
     write_records(run, lora=True, task="qream", base_model_id=HUB_BASE)
@@ -218,7 +226,7 @@ def test_lora_export_unmerged_points_at_the_hub_base(lora_run: LoraRun, smollm2_
     assert f"vllm serve {HUB_BASE} --enable-lora" in body and "is not a Hub repo id" not in body
     base = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
     exported = logits(PeftModel.from_pretrained(base, out), lora_run.inputs)
-    assert (exported - lora_run.logits).abs().max() < 1e-5
+    assert (exported - lora_run.logits).abs().max() <= fp64_atol(base, lora_run.logits, fp32)
 
 
 def test_bin_adapter_weights_become_safetensors(lora_run: LoraRun, tmp_path: Path):
@@ -233,13 +241,20 @@ def test_bin_adapter_weights_become_safetensors(lora_run: LoraRun, tmp_path: Pat
     assert exported.keys() == weights.keys() and all(torch.equal(exported[k], weights[k]) for k in weights)
 
 
-def test_lora_export_merged_loads_with_transformers(lora_run: LoraRun, tmp_path: Path):
+def test_lora_export_merged_loads_with_transformers(lora_run: LoraRun, tmp_path: Path, fp32):
     out = export_run(lora_run.path, tmp_path / "merged", merge_lora=True)
     files = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "chat_template.jinja"} <= files
     assert not any(name.startswith("adapter_") for name in files)
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
-    assert (logits(model, chat_inputs(out)) - lora_run.logits).abs().max() < 1e-4
+    # the merged weights W + s·BA are rounded to fp32 once (relative u each) in q_proj and v_proj (inner
+    # length: hidden) of every layer, and the float64 forward adds nothing to that: a chain of L·2·hidden
+    # perturbed terms, sqrt(L·2·hidden)·u·max|logit| (~4e-4 at |logit| ≈ 35). A merge with the wrong
+    # scale or a layer left unmerged moves the logits by the adapter's effect (> 1e-1)
+    cfg = model.config
+    n = cfg.num_hidden_layers * 2 * cfg.hidden_size
+    atol = fp32.atol(lora_run.logits.abs().max(), n) / 2  # one computation rounded, the other exact
+    assert (logits(model, chat_inputs(out)) - lora_run.logits).abs().max() <= atol
     meta, body = read_card(out)
     assert meta["library_name"] == "transformers" and "LoRA, merged into the base" in body
 
@@ -260,6 +275,29 @@ def test_run_folder_errors_name_the_path(full_run: Path, tmp_path: Path):
     with pytest.raises(RunFolderError, match=rf"{small / 'run.json'}: not an r3forge run folder"):
         export_run(small, tmp_path / "a")
     assert not (tmp_path / "a").exists()
+
+
+def test_weights_that_do_not_load_are_not_shipped(full_run: Path, tmp_path: Path):
+    """Random bytes for weights fail before anything is written; weights of another size than config.json
+    says fail the load check of the written release, which is then removed: no release, no temporary folder."""
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    config = json.loads((run / "final" / "config.json").read_text())
+    (run / "final" / "config.json").write_text(json.dumps(config | {"intermediate_size": 1024}))
+    with pytest.raises(
+        ReleaseError,
+        match=r"release: not written: its weights do not fit its config\.json \(90 mismatched, e\.g\. "
+        r"model\.layers\.0\.mlp\.down_proj\.weight is \[576, 1536\] in the weights, \[576, 1024\] by the config",
+    ):
+        export_run(run, tmp_path / "out" / "release")
+    assert not list((tmp_path / "out").iterdir())
+    (run / "final" / "model.safetensors").write_bytes(bytes(range(256)) * 8)  # 2 KB that are no safetensors
+    with pytest.raises(
+        RunFolderError,
+        match=rf"{run / 'final'}: the trained model does not open: .*model\.safetensors: not a safetensors",
+    ):
+        export_run(run, tmp_path / "out" / "release")
+    assert not list((tmp_path / "out").iterdir())
 
 
 def test_output_folder_is_protected(full_run: Path, full_export: Path, tmp_path: Path):

@@ -5,12 +5,14 @@ what it looked for: the folder (with the nearest existing parent and the names c
 the embedded names, and why `name` is no usable Hub id (not of the form org/name; a relative path under a
 local folder; not in the local cache while HF_HUB_OFFLINE is set).
 
-`check_models(*configs)` runs it on every model argument of a command's parsed configs and names the
-file:line or flag of a bad one (`r3forge.config.where`). A model argument is a field whose metadata has
-`"model"`: the backend fields that decide whether the model loads here, the first non-empty one winning
-(`()`: it always does). A model loads here under the hf or vllm backend; under openai it is the name a
-server answers to and is not checked, unless the field named by the metadata's `"model_serve"` is true
-(the job starts that server itself). TRL's `ModelConfig.model_name_or_path` is one by name.
+`check_models(*configs)` runs it on every model argument of a command's parsed configs, opens a local
+folder or GGUF file cheaply (`open_model`, `r3forge.models.folder.open_local`: config, tokenizer, weights
+headers; the base model an adapter names, too), and names the file:line or flag of a bad one
+(`r3forge.config.where`). A field named `tokenizer` or `*_tokenizer` needs a tokenizer only, not weights.
+A model argument is a field whose metadata has `"model"`: the backend fields that decide whether the model
+loads here, the first non-empty one winning (`()`: it always does). A model loads here under the hf or vllm
+backend; under openai it is the name a server answers to and is not checked, unless the field named by the
+metadata's `"model_serve"` is true (the job starts that server itself). TRL's `ModelConfig.model_name_or_path` is one by name.
 
     sft --model_name_or_path runs/sft/finall
     r3forge sft: error: flag '--model_name_or_path': model 'runs/sft/finall' not found: no local folder
@@ -23,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from huggingface_hub import constants, try_to_load_from_cache
 from huggingface_hub.errors import HFValidationError
@@ -32,6 +34,7 @@ from huggingface_hub.utils import validate_repo_id
 from r3forge.config import where
 from r3forge.errors import ConfigError
 from r3forge.models.embedded import EMBEDDED_MODELS, prepare_model
+from r3forge.models.folder import adapter_base, open_local
 
 # a folder is a model (or a tokenizer) when it holds one of these: transformers / vLLM, a PEFT adapter,
 # sentence-transformers, Mistral's own format, a tokenizer alone
@@ -84,17 +87,38 @@ def resolve_vllm_model(name_or_path: str) -> str:
 
 def check_models(*configs: Any) -> None:
     """`locate_model` on every model argument of `configs` (a command's parsed configs, which share one
-    namespace of fields) that loads here; `ConfigError` naming the file:line or flag of the first bad one."""
+    namespace of fields) that loads here, and `open_model` on a local one; `ConfigError` naming the
+    file:line or flag of the first bad one."""
     values = {f.name: getattr(c, f.name) for c in configs for f in dataclasses.fields(c)}
     for config in configs:
         for f in dataclasses.fields(config):
             name = getattr(config, f.name)
             if not isinstance(name, str) or not name or not _loads_here(f, values):
                 continue
+            tokenizer_only = f.name == "tokenizer" or f.name.endswith("_tokenizer")
             try:
-                locate_model(name)
+                open_model(name, "tokenizer" if tokenizer_only else "model")
             except ConfigError as e:
                 raise ConfigError(f"{where(config, f.name)}: {e}") from None
+
+
+def open_model(name: str, part: Literal["model", "tokenizer"] = "model") -> str:
+    """`locate_model(name)`, and a local folder or file opened as a load of `part` would open it
+    (`open_local`); the base model an adapter names (`base_model_name_or_path`) is located and opened too.
+    `ConfigError` naming the model, the file and what is wrong."""
+    kind = locate_model(name)
+    if kind not in ("folder", "file"):
+        return kind
+    path, base = Path(name).expanduser(), ""
+    try:
+        open_local(path, part)
+        base = adapter_base(path) if part == "model" else ""
+        if base and locate_model(base) in ("folder", "file"):
+            open_local(Path(base).expanduser())
+    except ConfigError as e:
+        of_base = f"the base model {base!r} of its adapter_config.json: " if base else ""
+        raise ConfigError(f"model {name!r}: {of_base}{e}") from None
+    return kind
 
 
 def _loads_here(f: dataclasses.Field, values: dict[str, Any]) -> bool:

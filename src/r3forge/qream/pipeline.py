@@ -33,6 +33,7 @@ from r3forge.annotate.export import split_by_question
 from r3forge.annotate.items import open_retriever
 from r3forge.annotate.jobs import RunConfig
 from r3forge.backends.open import LLM, LLMConfig, open_llm
+from r3forge.config import where
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.orientation import r_inc, s_orient
@@ -50,6 +51,7 @@ from r3forge.qream.score import (
 )
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
 from r3forge.qream.select import RewriteCandidate, hard_filter, select_golden
+from r3forge.retrieval.base import IndexFormatError, read_manifest
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted
 from r3forge.synth.store import ShardSpec
@@ -184,6 +186,20 @@ def _ckey(item: dict) -> tuple:
 
 def _mean(xs: list[float]) -> float | None:
     return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def check_retrieval(config: Any) -> None:
+    """Before anything is generated: the retrieval of r_raw a config (`index`, `retriever_url`) asks for is
+    one of them, and `index` is a folder `r3forge index build` wrote (its index.json reads)."""
+    if config.index and config.retriever_url:
+        raise ConfigError(
+            f"{where(config, 'index')} and {where(config, 'retriever_url')}: r_raw comes from one of them"
+        )
+    if config.index:
+        try:
+            read_manifest(config.index)
+        except IndexFormatError as e:
+            raise ConfigError(f"{where(config, 'index')}: {e}") from None
 
 
 def raw_retrievals(config: QreamConfig, targets: list[dict]) -> dict[str, str]:

@@ -15,7 +15,10 @@ Three shapes, depending on the run:
   normal transformers checkpoint, so plain `from_pretrained` and `vllm serve` load it without PEFT.
 
 The run folder is only read. The release is written into a temporary sibling of `out_dir` and renamed into
-place once complete, so a failed export never leaves a half-written folder (nor destroys an old one).
+place once complete and verified, so a failed export never leaves a half-written folder (nor destroys an old
+one). Verified: the run's `final/` opens before anything is written (`r3forge.models.folder.open_local`:
+config, tokenizer, every weights header), and the release's weights load into its architecture (on the meta
+device: every tensor of the config there, with its shape) before it is renamed into place.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ import torch
 from peft import PeftModel
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+from transformers.utils import logging as hf_logging
 
 from r3forge.config import load_yaml_with_lines
-from r3forge.errors import R3ForgeError
+from r3forge.errors import ConfigError, R3ForgeError
 from r3forge.models import resolve_model
+from r3forge.models.folder import open_local
 from r3forge.release.card import default_license, model_card
 
 RUN_JSON, CONFIG_YAML, METRICS_JSONL, FINAL_METRICS, FINAL = (
@@ -175,6 +180,10 @@ def _check_final(run: RunInfo) -> None:
             f"{final}: no chat template (chat_template.jinja, chat_template.json or 'chat_template' in "
             "tokenizer_config.json); save the tokenizer of the trained model there"
         )
+    try:
+        open_local(final)
+    except ConfigError as e:
+        raise RunFolderError(f"{final}: the trained model does not open: {e}") from None
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -223,6 +232,7 @@ def export_run(
         _ensure_generation_config(run, tmp, adapter=adapter_config is not None)
         card = model_card(run, license or default_license(run), repo_id, adapter_config)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        _verify_release(tmp, out, adapter=adapter_config is not None)
         tmp.chmod(0o755)  # mkdtemp creates 0700; a release folder is shared like any HF folder
         _swap_into_place(tmp, out)
     except BaseException:
@@ -308,6 +318,48 @@ def _ensure_generation_config(run: RunInfo, out: Path, adapter: bool) -> None:
             shutil.copyfile(source / "generation_config.json", target)
             return
     GenerationConfig.from_model_config(AutoConfig.from_pretrained(source)).save_pretrained(out)
+
+
+def _verify_release(tmp: Path, out: Path, adapter: bool) -> None:
+    """The release in `tmp` opens (config, tokenizer, weights headers) and, unless it is an adapter (whose
+    base is elsewhere), its weights load into the architecture of its config.json on the meta device (every
+    tensor read, none kept): no missing tensor, none of another shape. `ReleaseError` naming `out` otherwise."""
+    try:
+        open_local(tmp)
+    except ConfigError as e:
+        raise ReleaseError(f"{out}: not written: the release does not open: {e}") from None
+    if adapter:
+        return
+    bar = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # the load report is ours to write
+    try:
+        _, info = AutoModelForCausalLM.from_pretrained(
+            tmp, device_map="meta", output_loading_info=True, ignore_mismatched_sizes=True
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ReleaseError(f"{out}: not written: its weights do not load ({e})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+    problems = [f"{len(info[k])} {k.replace('_keys', '')}, e.g. {_tensor(info[k])}"
+                for k in ("missing_keys", "mismatched_keys") if info[k]]  # fmt: skip
+    if problems:
+        raise ReleaseError(
+            f"{out}: not written: its weights do not fit its config.json ({'; '.join(problems)}); "
+            "the run's final/ holds weights of another architecture or size"
+        )
+
+
+def _tensor(entries: Any) -> str:
+    """The first of transformers' missing keys (names) or mismatched keys ((name, checkpoint, model shape))."""
+    entry = sorted(entries, key=str)[0]
+    if isinstance(entry, tuple) and len(entry) == 3:
+        name, weights, model = entry
+        return f"{name} is {list(weights)} in the weights, {list(model)} by the config"
+    return str(entry)
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
