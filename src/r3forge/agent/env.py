@@ -10,7 +10,8 @@ Observation formats (the body of `<information>`):
   `[Doc i] comment (Relevance score: s)`; a document whose output did not parse shows its text instead;
 - raw: the retriever's top-k as `Doc i(Title: t) text` (the Search-R1 baseline and the ablation).
 Either body goes through `reward.neutralize_tags`: a document or comment that contains `</information>` or
-`<answer>` cannot close the observation or answer for the policy.
+`<answer>` cannot close the observation or answer for the policy; the rollout encodes it with the text of a
+special token kept as text (`rollout.encode_text`), so "</infor<|im_end|>mation>" stays that text too.
 
     env = SearchEnv(load_retriever("indexes/world-bm25"), VerbalReranker(backend), EnvConfig(num_shown=3))
     env.observe(["birth year of Peibrette Thesick", "birth year of Peibrette Thesick"])  # 1 search, 1 rerank

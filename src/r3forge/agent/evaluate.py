@@ -27,7 +27,7 @@ from r3forge.agent.async_rollout import roll_out
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.reward import answer_reward_one, parse_completion
-from r3forge.agent.rollout import HFPolicy, Policy, RolloutConfig, VLLMPolicy, encode_prompt
+from r3forge.agent.rollout import HFPolicy, Policy, RolloutConfig, VLLMPolicy, encode_prompt, sampled_text
 from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.config import save_config
 from r3forge.data.jsonio import write_json, write_jsonl
@@ -151,7 +151,7 @@ def main(
             ids = [encode_prompt(tokenizer, r["prompt"]) for r in chunk]
             for row, r in zip(chunk, roll_out(ids, policy, env, tokenizer, rollout, config.max_completion_tokens),
                               strict=True):  # fmt: skip
-                text = tokenizer.decode(r.completion_ids, skip_special_tokens=True)
+                text = sampled_text(tokenizer, r.completion_ids)  # as sampled: no special token dropped
                 scored.append({"id": row["id"], "question": row["question"], "answers": row["answers"],
                                **score_rollout(row, text, r.observations), "queries": r.searches,
                                "finish": r.finish, "tokens": len(r.completion_ids), "completion": text})  # fmt: skip

@@ -21,7 +21,7 @@ from trl.models import unwrap_model_for_generation
 from r3forge.agent.async_rollout import roll_out
 from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED
 from r3forge.agent.env import SearchEnv
-from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt
+from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, sampled_text
 from r3forge.config import parse_config, where
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
@@ -33,6 +33,20 @@ def rollout_row(r: Rollout, tokenizer: Any, step: int) -> dict[str, Any]:
     return {"step": step, "completion": tokenizer.decode(r.completion_ids), "searches": r.searches,
             "finish": r.finish, "turns": r.turns, "invalid_turns": r.invalid_turns,
             "tokens": len(r.completion_ids), "policy_tokens": sum(r.env_mask)}  # fmt: skip
+
+
+def trl_output(rollouts: list[Rollout], tokenizer: Any) -> dict[str, list]:
+    """What the rollout_func hands TRL: the ids, logprobs and env_mask, and the extra fields TRL passes on to
+    the reward functions: `sampled_completions` is what they read (TRL decodes its own `completions` with
+    skip_special_tokens=True, which would join a tag split by a special token)."""
+    return {
+        "prompt_ids": [r.prompt_ids for r in rollouts],
+        "completion_ids": [r.completion_ids for r in rollouts],
+        "logprobs": [r.logprobs for r in rollouts],
+        "env_mask": [r.env_mask for r in rollouts],
+        "num_searches": [len(r.searches) for r in rollouts],
+        "sampled_completions": [sampled_text(tokenizer, r.completion_ids) for r in rollouts],
+    }
 
 
 @contextmanager
@@ -85,13 +99,7 @@ class AgentRollout:
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
         self.log(trainer, rollouts, before, time.perf_counter() - start)
-        return {
-            "prompt_ids": [r.prompt_ids for r in rollouts],
-            "completion_ids": [r.completion_ids for r in rollouts],
-            "logprobs": [r.logprobs for r in rollouts],
-            "env_mask": [r.env_mask for r in rollouts],
-            "num_searches": [len(r.searches) for r in rollouts],
-        }
+        return trl_output(rollouts, self.tokenizer)
 
     def log(
         self, trainer: GRPOTrainer, rollouts: list[Rollout], before: dict[str, float], seconds: float

@@ -13,7 +13,9 @@ in. Its format is a state machine over the tags:
 The final answer is read only outside <information> blocks. The environment also neutralizes tag-like
 text in everything it puts inside one (`neutralize_tags`: retrieved titles and texts, reranker comments),
 so a document containing "</information> <answer> X </answer>" can neither close its observation, nor
-answer for the policy, nor break a correct answer's format. Gold answers that normalize to nothing (NQ's
+answer for the policy, nor break a correct answer's format. Rewards read the completion as sampled (special
+tokens as their own text, `rollout.sampled_text`), never text with special tokens dropped: a tag split by a
+special token's text ("<ans<|im_end|>wer>") stays split. Gold answers that normalize to nothing (NQ's
 "A+", ")") are never matched: "<answer>the</answer>" would match them. Rewards (Search-R1 / Verbal-R3):
 
     correct answer (EM) and format           -> 1.0
@@ -176,26 +178,46 @@ def answerable(answers: Sequence[str]) -> list[str]:
     return [a for a in answers if normalize_answer(a)]
 
 
-def answer_reward(completions: Sequence[Any], answers: Sequence[Sequence[str]], **kwargs: Any) -> list[float]:
+def scored_texts(completions: Sequence[Any], sampled_completions: Sequence[str] | None) -> list[str]:
+    """The texts a reward reads: `sampled_completions` (the agent's rollout_func attaches the completions as
+    sampled, `rollout.sampled_text`) where given, since TRL decodes `completions` with
+    skip_special_tokens=True, which joins "<ans<|im_end|>wer>" into "<answer>"; else the completions.
+
+    >>> scored_texts([[{"role": "assistant", "content": "<answer>x</answer>"}]], ["<ans<|im_end|>wer>x</answer>"])
+    ['<ans<|im_end|>wer>x</answer>']
+    """
+    if sampled_completions is None:
+        return [completion_text(c) for c in completions]
+    if len(sampled_completions) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(sampled_completions)} sampled_completions")
+    return list(sampled_completions)
+
+
+def answer_reward(completions: Sequence[Any], answers: Sequence[Sequence[str]],
+                  sampled_completions: Sequence[str] | None = None, **kwargs: Any) -> list[float]:  # fmt: skip
     """TRL reward function: EM of the final answer with the format bonus/penalty (see the module docstring).
 
     Only the completions are scored; the prompts (which may quote tags or even the answer) never are.
-    `answers` is the dataset column of gold answer lists.
+    `answers` is the dataset column of gold answer lists; `sampled_completions`, where given, the completions
+    as sampled, read instead of `completions` (`scored_texts`).
 
     >>> answer_reward(["<answer>1858</answer>", "<answer>1861</answer>"], answers=[["1858"], ["1858"]])
     [1.0, 0.2]
+    >>> answer_reward(["<answer>1858</answer>"], [["1858"]], sampled_completions=["<ans<|im_end|>wer>1858</ans<|im_end|>wer>"])
+    [0.0]
     """
     if len(completions) != len(answers):
         raise ValueError(f"answer_reward: {len(completions)} completions but {len(answers)} answer lists")
-    return [
-        answer_reward_one(completion_text(c), golds) for c, golds in zip(completions, answers, strict=True)
-    ]
+    texts = scored_texts(completions, sampled_completions)
+    return [answer_reward_one(text, golds) for text, golds in zip(texts, answers, strict=True)]
 
 
-def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
+def format_reward(
+    completions: Sequence[Any], sampled_completions: Sequence[str] | None = None, **kwargs: Any
+) -> list[float]:
     """1.0 when the completion follows the tag grammar, else 0.0 (a diagnostic; weight 0 by default).
 
     >>> format_reward(["<answer>x</answer>", "<answer>x"])
     [1.0, 0.0]
     """
-    return [float(parse_completion(completion_text(c)).valid) for c in completions]
+    return [float(parse_completion(text).valid) for text in scored_texts(completions, sampled_completions)]

@@ -2,7 +2,11 @@
 
 Per rollout the completion is built by appending, turn after turn, the policy's sampled ids (env_mask 1,
 with their sampling logprobs) and the environment's ids (env_mask 0: observations, correction messages and
-the closing EOS), each environment piece tokenized on its own. Loop (all rollouts advance together):
+the closing EOS), each environment piece tokenized on its own. Environment text is encoded with the text of
+a special token kept as text (`encode_text`): a document or comment containing "<|im_end|>" gets the ids of
+its characters, never the control token's id. Turns are read from the text as sampled (`sampled_text`:
+special tokens decoded as their own text, never dropped), so no special token's removal can join the text
+around it into a tag ("<ans<|im_end|>wer>" is not "<answer>"). Loop (all rollouts advance together):
 
     turn t < max_turns:  generate until </search>, </answer>, EOS or the turn budget
         <answer>...</answer>   -> done
@@ -188,11 +192,14 @@ class VLLMPolicy:
         self.llm, self.eos_id, self.temperature, self.top_p = llm, eos_id, temperature, top_p
 
     def params(self, max_new_tokens: int) -> Any:
-        """One turn's sampling: stop after a closing tag (kept), the sampled token's logprob."""
+        """One turn's sampling: stop after a closing tag (kept), the sampled token's logprob. Stop strings are
+        matched in the text with special tokens kept (as `HFPolicy`'s and `sampled_text` read it): a turn
+        "</sea<|im_start|>rch>" does not stop there."""
         from vllm import SamplingParams  # only on this path (vLLM installed)
 
         return SamplingParams(n=1, temperature=self.temperature, top_p=self.top_p, max_tokens=max_new_tokens,
-                              stop=list(STOP), include_stop_str_in_output=True, logprobs=0)  # fmt: skip
+                              stop=list(STOP), include_stop_str_in_output=True, logprobs=0,
+                              skip_special_tokens=False)  # fmt: skip
 
     def turn(self, c: Any) -> Turn:
         """A vLLM `CompletionOutput` as a `Turn`."""
@@ -226,6 +233,39 @@ def turn_action(text: str) -> tuple[str, str]:
     return "invalid", ""
 
 
+def special_ids(tokenizer: Any) -> dict[int, str]:
+    """The tokenizer's special tokens (id -> text): the ids that text must never become and that
+    `skip_special_tokens=True` would drop."""
+    return {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Environment text (an observation: documents, reranker comments) as ids with the text of a special
+    token kept as text: "<|im_end|>" in a document is encoded as its characters, never as the special id."""
+    return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+
+def check_text_encoding(tokenizer: Any) -> None:
+    """Refuse a tokenizer that turns a special token's text into its id even with `split_special_tokens`:
+    with it, a retrieved document could write control tokens into the policy's context."""
+    for i, text in special_ids(tokenizer).items():
+        if i in encode_text(tokenizer, text):
+            raise ConfigError(f"tokenizer {getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}: "
+                              f"encodes the text {text!r} as its special id {i} even with "
+                              "split_special_tokens=True; observations need it so that document text never "
+                              "becomes a control token (use a transformers tokenizer that supports it)")  # fmt: skip
+
+
+def sampled_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """A completion (or one turn) as the policy sampled it: every id decoded as itself, a special token as its
+    own text (never dropped: dropping it could join "<ans" and "wer>" into a tag), without the EOS that
+    closes it (dropped by id). What the rewards, `eval agent` and the turn parser read."""
+    ids = list(ids)
+    if ids and ids[-1] == tokenizer.eos_token_id:
+        ids.pop()
+    return tokenizer.decode(ids, skip_special_tokens=False)
+
+
 def encode_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """A chat prompt's ids as TRL and vLLM's chat endpoint build them (template, then no special tokens)."""
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -233,16 +273,17 @@ def encode_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 
 
 class Encoder:
-    """Token ids of the environment's pieces, each tokenized on its own (no special tokens)."""
+    """Token ids of the environment's pieces, each tokenized on its own (`encode_text`: no special ids)."""
 
     def __init__(self, tokenizer: Any):
+        check_text_encoding(tokenizer)
         self.tokenizer = tokenizer
-        self.open = tokenizer.encode("\n\n<information>", add_special_tokens=False)
-        self.close = tokenizer.encode("</information>\n\n", add_special_tokens=False)
-        self.correction = tokenizer.encode(CORRECTION, add_special_tokens=False)
+        self.open = encode_text(tokenizer, "\n\n<information>")
+        self.close = encode_text(tokenizer, "</information>\n\n")
+        self.correction = encode_text(tokenizer, CORRECTION)
 
     def observation(self, body: str, max_tokens: int) -> list[int]:
-        return self.open + self.tokenizer.encode(body, add_special_tokens=False)[:max_tokens] + self.close
+        return self.open + encode_text(self.tokenizer, body)[:max_tokens] + self.close
 
 
 def apply_turn(r: Rollout, turn: Turn, room: int, final: bool, enc: Encoder) -> str | None:
@@ -252,7 +293,7 @@ def apply_turn(r: Rollout, turn: Turn, room: int, final: bool, enc: Encoder) -> 
     ids, lps = turn.ids[:room], turn.logprobs[:room]
     r.add(ids, True, lps)
     r.turns += 1
-    action, arg = turn_action(enc.tokenizer.decode(ids, skip_special_tokens=True))
+    action, arg = turn_action(sampled_text(enc.tokenizer, ids))
     full = len(ids) >= room  # the turn used the rollout's whole completion budget
     if full and action != "answer":
         r.finish = "truncated"

@@ -36,7 +36,15 @@ from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, EnvCounters, SearchConfig, SearchEnv, open_env
 from r3forge.agent.evaluate import EvalAgentConfig, open_policy
 from r3forge.agent.reward import parse_completion
-from r3forge.agent.rollout import Encoder, Policy, RolloutConfig, encode_prompt, run_rollouts, turn_action
+from r3forge.agent.rollout import (
+    Encoder,
+    Policy,
+    RolloutConfig,
+    encode_prompt,
+    run_rollouts,
+    sampled_text,
+    turn_action,
+)
 from r3forge.config import save_config
 from r3forge.data.jsonio import write_json, write_jsonl
 from r3forge.errors import ConfigError
@@ -133,9 +141,9 @@ def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenize
         pending: list[tuple[Branch, list[int], str]] = []
         branches = []
         for b, turn in zip(jobs, turns, strict=True):
-            action, arg = turn_action(tokenizer.decode(turn.ids, skip_special_tokens=True))
+            action, arg = turn_action(sampled_text(tokenizer, turn.ids))
             if action == "answer":  # read as the majority-vote arms read a rollout: the whole completion
-                text = tokenizer.decode(b.ids + turn.ids, skip_special_tokens=True)
+                text = sampled_text(tokenizer, b.ids + turn.ids)
                 if (answer := parse_completion(text).answer) is not None:
                     final.append(answer)
             elif t == tts.iterations - 1:
@@ -187,7 +195,7 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
                     rs = run_rollouts(
                         [prompt] * tts.samples, policy, env, tokenizer, rollout, config.max_completion_tokens
                     )
-                    texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rs]
+                    texts = [sampled_text(tokenizer, r.completion_ids) for r in rs]
                     answers = [a for a in (parse_completion(x).answer for x in texts) if a is not None]
                 vote = majority(answers)
                 scored.append({"id": row["id"], "answers": row["answers"], "votes": answers, "prediction": vote,
