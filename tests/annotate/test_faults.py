@@ -71,6 +71,8 @@ def test_annotation_survives_429_500_drops_and_timeouts(
     for key, value in direct.items():  # greedy: the same comment, score and (near) the same logprob
         assert got[key][:2] == value[:2]
         if len(value) == 3 and value[2] is not None:
+            # one server, other batches: two fp32 forwards, 2·sqrt(L·k)·u·max|logit| <= 1e-3
+            # (tests/backends/test_parity.py ATOL); another item's logprob is off by > 1e-1
             assert got[key][2] == pytest.approx(value[2], abs=1e-3)
 
 

@@ -212,6 +212,7 @@ def test_real_run(real_run) -> None:
         assert choice.logprobs[t] == record["score_logprob"]
         assert str(record["score"]) in tokenizer.decode([choice.token_ids[t]])
         if record["score_logprobs"][str(record["score"])] is not None:  # greedy: the chosen token is top-1
+            # one log_softmax read twice (top-k and chosen): equal; approx's 1e-6 relative only for readability
             assert record["score_logprobs"][str(record["score"])] == pytest.approx(record["score_logprob"])
     for record in load_rejected(out):
         assert record["reason"] in REASONS

@@ -69,6 +69,7 @@ def test_search_r1_response_shape(server: RunningServer, retriever: BM25Retrieve
     assert list(body) == ["result"] and len(body["result"]) == 2
     for row, expected in zip(body["result"], retriever.search(queries, 3), strict=True):
         assert [item["document"]["id"] for item in row] == [pid for pid, _ in expected]
+        # the same retriever's scores through JSON (a float's repr round-trips exactly): equal
         assert [item["score"] for item in row] == pytest.approx([s for _, s in expected])
         for item, passage in zip(row, retriever.get([pid for pid, _ in expected]), strict=True):
             assert set(item) == {"document", "score"} and set(item["document"]) == {"id", "contents"}
