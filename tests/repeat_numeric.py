@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "tolerances")
     args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
     torch_threads = {t: thread_count(t) for t in args.threads}
     ok = summarize(args.out, args.group, args.threads, args.runs, torch_threads)
     for group in args.group:  # riskiest group first, its 1- and 2-thread runs interleaved
