@@ -61,6 +61,18 @@ def trainer(world, smollm2_path, tmp_path_factory):
                        train_dataset=datasets.Dataset.from_list(rows), processing_class=tok, rollout_func=rollout)  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def recorded(trainer):
+    """One batch of real multi-turn rollouts (2 prompts x 2, with observations), generated and scored once
+    by TRL and shared by the tests below (each copies it), with the env_mask the rollout returned."""
+    torch.manual_seed(0)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop; compute_loss reads it
+    rows = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]
+    inputs = trainer._generate_and_score_completions(rows)
+    return inputs, list(trainer.rollout_func.last["env_mask"])
+
+
 class LogitNoise:
     """Forward hook perturbing what the model outputs for the chosen completion positions: TRL's fused LM
     head returns each label's log-prob and the entropy ([B, L-1], the completion is the last C); a plain
@@ -98,15 +110,13 @@ def loss_and_entropy(trainer, inputs, positions=None):
 @pytest.mark.parametrize(
     ("loss_type", "level"), [("bnpo", "token"), ("dr_grpo", "token"), ("dapo", "token"), ("bnpo", "sequence")]
 )
-def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer, loss_type, level, monkeypatch):
+def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer, recorded, loss_type, level, monkeypatch):
     # the paper's objective, Dr. GRPO's and DAPO's aggregations, and GSPO's sequence-level ratios
     monkeypatch.setattr(trainer, "loss_type", loss_type)
     monkeypatch.setattr(trainer, "importance_sampling_level", level)
-    torch.manual_seed(0)
     trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # set by the training loop; compute_loss reads it
-    rows = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]
-    inputs = trainer._generate_and_score_completions(rows)
+    trainer.current_gradient_accumulation_steps = 1
+    inputs = dict(recorded[0])
     mask = inputs["completion_mask"] * inputs["tool_mask"]  # [B, C] the tokens the loss may see
     env_tokens = inputs["completion_mask"].bool() & ~inputs["tool_mask"].bool()
     assert env_tokens.any(), "the rollouts should contain environment tokens"
@@ -130,7 +140,7 @@ def test_masked_tokens_move_neither_loss_nor_kl_nor_entropy(trainer, loss_type, 
     assert loss_and_entropy(trainer, noisy_ref)[0] != pytest.approx(base[0], abs=1e-6)
 
 
-def test_pinned_loss_is_the_search_r1_token_mean_over_policy_tokens(trainer, fp32):
+def test_pinned_loss_is_the_search_r1_token_mean_over_policy_tokens(trainer, recorded, fp32):
     """veRL's masked_mean(-A * ratio) over the tokens the rollout sampled: at the first update ratio = 1 and
     the reference is the policy (k3 = 0), so the loss is -sum_i A_i n_i / sum_i n_i with n_i = sum(env_mask_i),
     which TRL's per-sequence `grpo` (-mean_i A_i) and a mask that kept observation tokens would both miss."""
@@ -139,9 +149,7 @@ def test_pinned_loss_is_the_search_r1_token_mean_over_policy_tokens(trainer, fp3
     )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
-    rows = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]
-    inputs = trainer._generate_and_score_completions(rows)
-    env_mask = trainer.rollout_func.last["env_mask"]  # what the rollout returned, before TRL touched it
+    inputs, env_mask = dict(recorded[0]), recorded[1]  # env_mask: what the rollout returned, before TRL
     n = torch.tensor([float(sum(m)) for m in env_mask])  # [B] policy tokens per rollout
     mask = inputs["completion_mask"] * inputs["tool_mask"]  # [B, C]
     assert torch.equal(mask.sum(-1).float(), n), "TRL's loss mask is no longer the rollout's env_mask"
