@@ -39,6 +39,9 @@ def test_pushed_weights_are_the_ones_sampled(smollm2_path, fp32):
             torch.manual_seed(0)
             for p in model.model.layers[-1].parameters():
                 p.add_(0.05 * torch.randn_like(p))
+            # and the embeddings, tied to the LM head (a push of them alone left vLLM's CPU head stale)
+            emb = model.get_input_embeddings().weight
+            emb.add_(0.02 * emb.abs().mean() * torch.randn_like(emb))
         engine.sync_weights()
         (after,) = policy.generate([prompt], 24)
     finally:
