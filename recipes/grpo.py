@@ -12,8 +12,9 @@ file is installed as `r3forge.recipes.grpo`). The parts it calls: `r3forge.agent
 Each training batch's prompts are rolled out by `rollout.run_rollouts` (search -> retriever -> verbal
 reranker -> <information> -> ... -> <answer>) and handed to TRL as prompt_ids, completion_ids, the sampling
 logprobs and `env_mask` (1 = sampled by the policy). TRL multiplies its completion mask by `env_mask`, so
-observation, reranker-comment and correction tokens contribute nothing to the loss, the KL or the entropy;
-everything else (clipped objective, k3 KL to the reference, group-normalized advantages, logging,
+observation, reranker-comment and correction tokens contribute nothing to the loss, the KL or the entropy.
+`packed_step: true` (the default) trains on rows packed without padding, the LM head evaluated only at those
+policy tokens (`agent/packed.py: PackedGRPOTrainer`, gradients equal to TRL's padded step's); everything else (clipped objective, k3 KL to the reference, group-normalized advantages, logging,
 accelerate / DeepSpeed) is TRL's own. Generation inside the rollout: transformers `generate` with the live
 policy (CPU, or GPUs without vLLM), TRL's colocated vLLM engine (`use_vllm: true, vllm_mode: colocate`;
 TRL syncs its weights before each rollout), or r3forge's own engine (`rollout_engine: vllm`,
@@ -47,6 +48,7 @@ from r3forge.agent.config import AgentScriptArguments
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout, check_trl, parse, resolve_rollout_engine, reward_summary
+from r3forge.agent.packed import PackedGRPOTrainer
 from r3forge.agent.policy_engine import PolicyEngine, take_trl_slot
 from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
@@ -91,13 +93,16 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
         out.mkdir(parents=True, exist_ok=True)
         rollout_func = AgentRollout(env, tokenizer, rollout, script.policy_batch_size,
                                     out / "rollouts.jsonl" if script.save_rollouts else None)  # fmt: skip
-        trainer = GRPOTrainer(model=model, reward_funcs=[answer_reward, format_reward], args=training,
-                              train_dataset=train, processing_class=tokenizer,
-                              peft_config=get_peft_config(model_args), rollout_func=rollout_func)  # fmt: skip
+        packed = {"max_tokens_per_microbatch": script.max_tokens_per_microbatch} if script.packed_step else {}
+        trainer = (PackedGRPOTrainer if script.packed_step else GRPOTrainer)(
+            model=model, reward_funcs=[answer_reward, format_reward], args=training, train_dataset=train,
+            processing_class=tokenizer, peft_config=get_peft_config(model_args), rollout_func=rollout_func, **packed)  # fmt: skip
         if trainer.is_world_process_zero():
             save_config((script, search, env_config, rollout, model_args, training), out / "config.yaml")
             info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
             info["precision"] = precision_info(training)
+            info["rollout_engine"] = engine  # `rollout_engine: auto` made concrete
+            info["packed_step"] = script.packed_step
             print(precision_line(info["precision"]), flush=True)
             write_json(out / "run.json", info)
         if engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS
@@ -108,6 +113,9 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
         result = trainer.train(resume_from_checkpoint=resume)
         metrics: dict[str, Any] = dict(result.metrics) | reward_summary(trainer.state.log_history)
         metrics["env"] = env.counters.as_dict()
+        metrics["rollout_loops"] = dict(rollout_func.loops)
+        if script.packed_step:  # padded vs packed tokens, LM-head positions, forwards
+            metrics["packing"] = dict(trainer.packing_stats)
     trainer.save_model(str(out / "final"))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(out / "final"))

@@ -106,6 +106,7 @@ CASES = [
     (f"{GRPO} --dataset {{d}}/qa.jsonl --rollout_loop fast", ("--rollout_loop", "invalid choice: 'fast'", "'async'")),
     (f"{GRPO} --dataset {{d}}/qa.jsonl --rollout_engine vllm --use_vllm true", ("rollout_engine: vllm", "use_vllm: true", "pick one")),
     (f"{GRPO} --dataset {{d}}/qa.jsonl --rollout_engine_kv_gib 0", ("'--rollout_engine_kv_gib': must be >= 1",)),
+    (f"{GRPO} --dataset {{d}}/qa.jsonl --max_tokens_per_microbatch 0", ("'--max_tokens_per_microbatch': must be >= 1",)),
     (f"{REWRITE} --top_k 0", ("flag '--top_k': must be >= 1",)),
     (f"{REWRITE} --max_questions -1", ("flag '--max_questions': must be >= 1 or unset",)),
     (f"{INDEX} --kind dense --batch_size 0", ("flag '--batch_size': must be >= 1",)),

@@ -200,6 +200,14 @@ def run_rollouts_async(
     return asyncio.run(rollouts_async(prompt_ids, policy, env, tokenizer, config, max_completion_tokens))
 
 
+def loop_for(policy: Policy, config: RolloutConfig) -> str:
+    """ "async" or "sync": the loop `roll_out` runs for this policy (`rollout_loop: auto` is async on vLLM)."""
+    vllm = isinstance(policy, VLLMPolicy)
+    return (
+        "sync" if config.rollout_loop == "sync" or (config.rollout_loop == "auto" and not vllm) else "async"
+    )
+
+
 def roll_out(
     prompt_ids: Sequence[list[int]],
     policy: Policy,
@@ -210,8 +218,9 @@ def roll_out(
 ) -> list[Rollout]:
     """The loop `config.rollout_loop` names for a synchronous policy: a `VLLMPolicy`'s engine is stepped request by
     request (`VLLMStepPolicy`), any other policy is batched as its requests arrive (`BatchedPolicy`)."""
-    vllm = isinstance(policy, VLLMPolicy)
-    if config.rollout_loop == "sync" or (config.rollout_loop == "auto" and not vllm):
+    if loop_for(policy, config) == "sync":
         return run_rollouts(prompt_ids, policy, env, tokenizer, config, max_completion_tokens)
-    async_policy: AsyncPolicy = VLLMStepPolicy(policy) if vllm else BatchedPolicy(policy)
+    async_policy: AsyncPolicy = (
+        VLLMStepPolicy(policy) if isinstance(policy, VLLMPolicy) else BatchedPolicy(policy)
+    )
     return run_rollouts_async(prompt_ids, async_policy, env, tokenizer, config, max_completion_tokens)

@@ -91,6 +91,19 @@ class AgentScriptArguments:
     save_rollouts: bool = field(
         default=True, metadata={"help": "Append every rollout (text, searches, finish) to rollouts.jsonl."}
     )
+    packed_step: bool = field(
+        default=True,
+        metadata={"help": "Train on packed rows (several rollouts per row, position_ids restarting per rollout, no "
+                  "padding) with the LM head only at the tokens the policy sampled (agent/packed.py); false: TRL's "
+                  "padded step, scoring every completion token."},
+    )  # fmt: skip
+    max_tokens_per_microbatch: int | None = field(
+        default=None,
+        metadata={"help": "packed_step: tokens per packed row (prompt + whole rollout, one forward each); a "
+                  "rollout longer than this is refused. Unset: the longest rollout of each batch (never refuses); "
+                  "on sdpa (CPU) a row's attention is [T, T], so rows near 2 x (prompt + max_completion_length) "
+                  "keep it small.", "min": 1},
+    )  # fmt: skip
     compact_cpu_lm_head: bool = field(
         default=True,
         metadata={"help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "

@@ -18,7 +18,7 @@ import trl
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from r3forge.agent.async_rollout import roll_out
+from r3forge.agent.async_rollout import loop_for, roll_out
 from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED
 from r3forge.agent.env import SearchEnv
 from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, sampled_text
@@ -77,6 +77,8 @@ class AgentRollout:
                  log_path: Path | None = None):  # fmt: skip
         self.env, self.tokenizer, self.config, self.batch_size = env, tokenizer, config, batch_size
         self.log_path = log_path
+        self.loops = {"async": 0, "sync": 0}  # rollout batches per loop (`async_rollout.loop_for`)
+        self.last_loop = ""
 
     def __call__(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
         args = trainer.args
@@ -88,6 +90,7 @@ class AgentRollout:
                 raise ConfigError("the agent recipe needs vllm_mode: colocate (its rollouts call the engine)")
             with awake(trainer.vllm_generation) as llm:
                 policy = VLLMPolicy(llm, self.tokenizer.eos_token_id, args.temperature, args.top_p)
+                self.last_loop = loop_for(policy, self.config)
                 rollouts = roll_out(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
@@ -95,9 +98,11 @@ class AgentRollout:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                              gather_deepspeed3_params=args.ds3_gather_for_generation) as model:  # fmt: skip
                 policy = HFPolicy(model, self.tokenizer, args.temperature, args.top_p, self.batch_size)
+                self.last_loop = loop_for(policy, self.config)
                 rollouts = roll_out(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
+        self.loops[self.last_loop] += 1
         self.log(trainer, rollouts, before, time.perf_counter() - start)
         return trl_output(rollouts, self.tokenizer)
 
@@ -118,6 +123,7 @@ class AgentRollout:
             "agent/dedup_saved": (1 - unique / queries) if queries else 0.0,
             "agent/rollout_s": seconds,  # generation + environment, wall time
             "agent/env_s": self.env.seconds - before["seconds"],  # retrieval + reranking
+            "agent/async_loop": float(self.last_loop == "async"),  # 1: this batch ran the async loop
         }
         for name, value in metrics.items():
             trainer._log_metric(name, value)  # averaged per logging step like TRL's own metrics
@@ -151,6 +157,8 @@ def check_trl() -> None:
     missing = [what for what, ok in (
         ("GRPOTrainer(rollout_func=...)", "rollout_func" in inspect.signature(GRPOTrainer.__init__).parameters),
         ("GRPOTrainer._log_metric", callable(getattr(GRPOTrainer, "_log_metric", None))),
+        *((f"GRPOTrainer.{name}", callable(getattr(GRPOTrainer, name, None))) for name in  # packed_step
+          ("_get_per_token_logps_and_entropies", "_compute_loss", "_generate", "_generate_and_score_completions")),
     ) if not ok]  # fmt: skip
     if missing:
         raise ConfigError(f"trl {trl.__version__} has no {', '.join(missing)}: the agent recipe runs on trl "
