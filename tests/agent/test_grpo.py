@@ -5,6 +5,7 @@ rollout's env_mask names), and a short real run trains, logs the masked fraction
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import datasets
@@ -166,7 +167,7 @@ def test_pinned_loss_is_the_search_r1_token_mean_over_policy_tokens(trainer, rec
 
 
 @pytest.mark.slow  # ~3 min on 2 cores each: two real GRPO steps through the recipe's main
-@pytest.mark.parametrize("engine", ["trainer", "vllm"])
+@pytest.mark.parametrize("engine", ["trainer", "vllm"])  # the default path: below
 def test_recipe_trains_logs_and_saves(world, smollm2_path, tmp_path, engine):
     out = tmp_path / "run"
     argv = ["--dataset", str(world["questions"]), "--index", str(world["index"]), "--observation", "raw",
@@ -193,6 +194,44 @@ def test_recipe_trains_logs_and_saves(world, smollm2_path, tmp_path, engine):
     assert metrics["train_loss"] is not None and metrics["reward_first"] >= 0.0
     assert AutoModelForCausalLM.from_pretrained(out / "final").config.model_type == "llama"
     assert (out / "config.yaml").is_file() and (out / "run.json").is_file()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_the_default_cpu_path_trains_pushes_and_packs(world, smollm2_path, tmp_path):
+    """Two GRPO steps of the recipe exactly as `rollout_engine: auto` resolves it on a CPU install: r3forge's own
+    vLLM engine, the async loop, the weight push before step 2, the packed mask-aware step."""
+    out = tmp_path / "run"
+    argv = ["--dataset", str(world["questions"]), "--index", str(world["index"]), "--observation", "raw",
+            "--num_shown", "1", "--doc_max_words", "20", "--example", "true", "--max_turns", "2",
+            "--max_turn_tokens", "24", "--max_obs_tokens", "40", "--max_completion_length", "100",
+            "--model_name_or_path", str(smollm2_path), "--num_generations", "2", "--per_device_train_batch_size", "4",
+            "--max_steps", "2", "--learning_rate", "1e-4", "--warmup_steps", "0", "--use_cpu", "true", "--bf16", "false",
+            "--report_to", "none", "--logging_steps", "1", "--save_strategy", "no", "--output_dir", str(out),
+            "--rollout_engine_max_model_len", "1024", "--rollout_engine_kv_gib", "1",
+            "--entropy_coef", "0.01"]  # fmt: skip
+    metrics = main(*parse(argv, "test"))
+    run = json.loads((out / "run.json").read_text())
+    assert run["rollout_engine"] == "vllm" and run["packed_step"] is True
+    assert metrics["rollout_loops"] == {"async": 2, "sync": 0}
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in logged if "reward" in row]
+    rollouts = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(steps) == 2 and len(rollouts) == 8
+    for i, row in enumerate(steps):
+        assert row["agent/async_loop"] == 1.0 and 0.0 < row["agent/masked_fraction"] < 1.0
+        # env_mask honoured: the head scored exactly the tokens the policy sampled in that step's rollouts
+        policy_tokens = sum(r["policy_tokens"] for r in rollouts[4 * i : 4 * i + 4])
+        assert row["packed/scored_positions"] == policy_tokens
+        assert row["packed/packed_tokens"] < row["packed/padded_tokens"]
+    # step 1 moved the weights (the embedded model, not warm-started, earns no reward: TRL's entropy bonus,
+    # over the same policy tokens, gives the step a gradient), and the weights pushed before step 2 are the
+    # ones sampled: the engine's logprobs match the trainer's within
+    # two fp32 forwards' 2·sqrt(L·k)·u·max|logit| = 1e-3 (|logit| <= 40); stale weights (lr 1e-4) are > 1e-2 off
+    assert steps[0]["grad_norm"] > 0, "step 1 had no advantage to train on"
+    assert steps[1]["sampling/sampling_logp_difference/mean"] < 1e-3
+    trained = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    base = AutoModelForCausalLM.from_pretrained(smollm2_path).state_dict()
+    assert any(not torch.equal(trained[k], base[k]) for k in base), "the training changed no weight"
 
 
 def test_reward_summary_windows():
