@@ -132,18 +132,36 @@ def test_vllm_cuda_parity(
 
 def test_grpo_colocated_vllm(grpo_run: Path, vllm_cuda, record_property) -> None:
     """GRPO colocated vLLM + env_mask"""
+    # with sleep mode; the async loop on TRL's engine, the packed step and the mask-aware head on CUDA
     config = yaml.safe_load((grpo_run / "config.yaml").read_text(encoding="utf-8"))
+    run = json.loads((grpo_run / "run.json").read_text(encoding="utf-8"))
     steps = [row for row in jsonl(grpo_run / "metrics.jsonl") if "reward" in row]  # one per step
     masked = [row["agent/masked_fraction"] for row in steps]
     rollouts = jsonl(grpo_run / "rollouts.jsonl")
     rewards = ", ".join(f"{row['reward']:.2f}" for row in steps)
     shown = ", ".join(f"{m:.2f}" for m in masked)
+    tokens = ", ".join(
+        f"{row['packed/padded_tokens']:.0f} -> {row['packed/packed_tokens']:.0f}" for row in steps
+    )
     record_property("figure", f"{len(steps)} steps, {len(rollouts)} rollouts, masked fraction {shown} "
-                    f"(goal > 0), reward {rewards}")  # fmt: skip
-    assert (config["use_vllm"], config["vllm_mode"]) == (True, "colocate")
+                    f"(goal > 0), reward {rewards}; tokens padded -> packed per step {tokens}")  # fmt: skip
+    assert (config["use_vllm"], config["vllm_mode"], config["vllm_enable_sleep_mode"]) == (
+        True,
+        "colocate",
+        True,
+    )
+    assert (run["rollout_engine"], run["packed_step"]) == ("trainer", True)  # TRL's engine, packed step
     assert len(steps) == config["max_steps"]
     assert len(rollouts) == config["per_device_train_batch_size"] * config["max_steps"]
     assert all(0.0 < m < 1.0 for m in masked), masked
+    n = config["per_device_train_batch_size"]
+    for i, row in enumerate(steps):
+        assert row["agent/async_loop"] == 1.0  # VLLMStepPolicy on llm.llm_engine, inside `awake`
+        # the head ran exactly at the tokens the policy sampled in that step's rollouts (env_mask 1)
+        assert row["packed/scored_positions"] == sum(
+            r["policy_tokens"] for r in rollouts[n * i : n * (i + 1)]
+        )
+        assert row["packed/packed_tokens"] <= row["packed/padded_tokens"]
     assert (grpo_run / "final" / "config.json").is_file()
 
 
