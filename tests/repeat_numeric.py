@@ -38,6 +38,7 @@ GROUPS = {
         "tests/agent/test_grpo.py::test_masked_tokens_move_neither_loss_nor_kl_nor_entropy",
         "tests/agent/test_grpo.py::test_pinned_loss_is_the_search_r1_token_mean_over_policy_tokens",
     ],
+    "packed": ["tests/agent/test_packed.py"],  # the packed, mask-aware step vs TRL's padded step
     "default": [  # batched vs unbatched scores, NU, embeddings, exports
         "tests/metrics/test_orientation.py::test_batched_equals_direct",
         "tests/rerank/test_lm.py::test_qlm_matches_unbatched_and_prefers_the_answer",
