@@ -28,6 +28,14 @@ output); with the vLLM engine the output then says how much of the environment's
 stepping other rollouts (`env_overlapped_share`: 1.0 = all of it hidden behind generation).
 `--doc_max_words W` (default 30, the CPU recipe's) sets how long each shown document is, and so how many
 observation tokens the trainer's forward and backward carry besides the policy's own.
+
+`--agent_steps padded,packed` (default both) runs the agent arm with TRL's padded training step
+(`GRPOTrainer`) and with r3forge's packed, mask-aware one (`agent/packed.py: PackedGRPOTrainer`, the recipe's
+default), each on its own engine from the same seed. Every arm reports a per-step profile (timed steps
+only): tokens through the trainer's loss forward (padded `[B, P + C]` vs the real tokens), LM-head positions
+(every completion token vs the policy's own), and seconds in the loss forward, the backward, TRL's fused LM
+head (its forward and backward, inside the former two) and the optimizer step. Results also go to
+`--out` (default runs/bench_grpo_step.json).
 """
 
 from __future__ import annotations
@@ -36,20 +44,24 @@ import argparse
 import json
 import tempfile
 import time
+from collections import defaultdict
 from contextlib import ExitStack, closing
 from pathlib import Path
 
 import datasets
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
+from trl.kernels import ChunkedLogProbFunction
 
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.grpo import AgentRollout
+from r3forge.agent.packed import PackedGRPOTrainer
 from r3forge.agent.policy_engine import PolicyEngine, take_trl_slot
 from r3forge.agent.reward import answer_reward
 from r3forge.agent.rollout import RolloutConfig, VLLMPolicy, encode_prompt
 from r3forge.models import resolve_model
+from r3forge.sft.train import compact_cpu_lm_head, cpu_lm_head_tiles
 
 
 class StepTimer(TrainerCallback):
@@ -161,6 +173,76 @@ def run(trainer: GRPOTrainer) -> tuple[float, float, list[dict]]:
     return sum(steps) / len(steps), sum(generate) / len(generate), logs
 
 
+class Profile(TrainerCallback):
+    """Per training step: tokens and seconds of the trainer's own passes (after the rollouts and scoring).
+    `loss_forward`: `_compute_loss` (the policy's forward and TRL's loss arithmetic); `backward`: the
+    accelerator's backward; `lm_head`: TRL's fused head kernel, forward and backward (part of both);
+    `optimizer`: from `on_pre_optimizer_step` to `on_optimizer_step`."""
+
+    def __init__(self, trainer: GRPOTrainer) -> None:
+        self.steps: list[dict[str, float]] = []
+        self.now: dict[str, float] = defaultdict(float)
+        self.in_step = False
+        self.wrap(trainer, "_compute_loss", self.compute_loss)
+        self.wrap(trainer.accelerator, "backward", self.timed("backward"))
+        self.head = (ChunkedLogProbFunction.forward, ChunkedLogProbFunction.backward)
+        ChunkedLogProbFunction.forward = staticmethod(self.timed("lm_head", self.head[0], only_in_step=True))
+        ChunkedLogProbFunction.backward = staticmethod(self.timed("lm_head", self.head[1], only_in_step=True))
+        trainer.add_callback(self)
+
+    def close(self) -> None:
+        ChunkedLogProbFunction.forward, ChunkedLogProbFunction.backward = map(staticmethod, self.head)
+
+    @staticmethod
+    def wrap(obj, name, make):
+        setattr(obj, name, make(getattr(obj, name)))
+
+    def timed(self, key, fn=None, only_in_step=False):
+        def make(fn):
+            def call(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    if self.in_step or not only_in_step:
+                        self.now[key] += time.perf_counter() - start
+
+            return call
+
+        return make(fn) if fn is not None else make
+
+    def compute_loss(self, fn):
+        def call(model, inputs):
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            self.now["padded_tokens"] += inputs["prompt_ids"].numel() + inputs["completion_ids"].numel()
+            self.now["real_tokens"] += float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+            self.now["completion_tokens"] += float(inputs["completion_mask"].sum())
+            self.now["policy_tokens"] += float(mask.sum())
+            self.in_step = True
+            start = time.perf_counter()
+            try:
+                return fn(model, inputs)
+            finally:
+                self.now["loss_forward"] += time.perf_counter() - start
+
+        return call
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.in_step, self.opt_start = False, time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.now["optimizer"] += time.perf_counter() - self.opt_start
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.append(dict(self.now))
+        self.now.clear()
+
+    def summary(self) -> dict[str, float]:
+        """Means over the timed steps (the first is warm-up)."""
+        timed = self.steps[1:]
+        return {k: round(sum(s.get(k, 0.0) for s in timed) / len(timed), 2) for k in timed[0]}
+
+
 def mean(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
 
@@ -177,7 +259,11 @@ def main() -> None:
     p.add_argument("--single_turn_hf", choices=["true", "false"], default="false")
     p.add_argument("--env_delay_s", type=float, default=0.0)
     p.add_argument("--doc_max_words", type=int, default=30)
+    p.add_argument("--agent_steps", default="padded,packed", help="comma-separated: padded (TRL), packed")
+    p.add_argument("--out", default="runs/bench_grpo_step.json")
     a = p.parse_args()
+    compact_cpu_lm_head()  # the recipe's CPU settings (AgentScriptArguments' defaults): the head scores only
+    cpu_lm_head_tiles(512, 4096)  # labelled positions, in [512, 4096] tiles
     path = resolve_model(a.model)
     rows = load_agent_rows(
         a.questions, "train", 0.2, "verbal" if a.reranker_url else "raw", limit=64, example=True
@@ -192,37 +278,47 @@ def main() -> None:
     out: dict = {"rollout_engine": a.rollout_engine, "steps_timed": a.steps - 1, "rollouts_per_step": 8,
                  "env_delay_s (stand-in for a remote reranker's latency)": a.env_delay_s,
                  "doc_max_words": a.doc_max_words}  # fmt: skip
+    agents: dict[str, tuple[float, float]] = {}  # kind -> (s / step, policy tokens / rollout)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         tok = AutoTokenizer.from_pretrained(path)
         set_seed(0)
         env = DelayedEnv(open_env(stack, search, env_cfg), a.env_delay_s)
-        agent = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[answer_reward],
-                            args=common_args(Path(tmp) / "agent", a.steps, 400), train_dataset=data,
-                            processing_class=tok, rollout_func=AgentRollout(env, tok, rollout_cfg, 16))  # fmt: skip
-        with ExitStack() as arm:  # the arm's engine is closed before the next arm starts its own
-            steps = record_steps(on_engine(agent, arm, path)) if vllm else []
-            agent_s, agent_generate_s, agent_logs = run(agent)
-        generated = mean(agent_logs[1:], "completions/mean_length")  # policy tokens
+        for kind in a.agent_steps.split(","):
+            set_seed(0)
+            trainer_cls = PackedGRPOTrainer if kind == "packed" else GRPOTrainer
+            agent = trainer_cls(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[answer_reward],
+                                args=common_args(Path(tmp) / f"agent_{kind}", a.steps, 400), train_dataset=data,
+                                processing_class=tok, rollout_func=AgentRollout(env, tok, rollout_cfg, 16))  # fmt: skip
+            profile = Profile(agent)
+            with ExitStack() as arm:  # the arm's engine is closed before the next arm starts its own
+                steps = record_steps(on_engine(agent, arm, path)) if vllm else []
+                env.spans.clear()
+                agent_s, agent_generate_s, agent_logs = run(agent)
+            profile.close()
+            generated = mean(agent_logs[1:], "completions/mean_length")  # policy tokens
+            name = f"agent_{kind}"
+            out[name] = {
+                "s_per_step": round(agent_s, 2), "generated_tokens_per_rollout": round(generated, 1),
+                "tokens_per_rollout_incl_masked":
+                    round(generated / (1 - mean(agent_logs[1:], "agent/masked_fraction")), 1),
+                "breakdown_s": {"rollout": round(mean(agent_logs[1:], "agent/rollout_s"), 2),
+                                "of_which_env": round(mean(agent_logs[1:], "agent/env_s"), 2),
+                                "generate_and_score": round(agent_generate_s, 2),
+                                "loss_backward_optimizer": round(agent_s - agent_generate_s, 2)},
+                "profile_per_step": profile.summary(),
+            }  # fmt: skip
+            if vllm:
+                out[name]["env_overlapped_share"] = round(overlap(env.spans, steps), 3)
+                out[name]["sampling_logp_difference_mean"] = mean(
+                    agent_logs[1:], "sampling/sampling_logp_difference/mean"
+                )
+            agents[kind] = (agent_s, generated)
+            del agent
         counters = env.counters.as_dict()
         length = max(1, round(generated))
-        out |= {
-            "agent_s_per_step": round(agent_s, 2), "agent_generated_tokens_per_rollout": round(generated, 1),
-            "agent_breakdown_s": {"rollout": round(mean(agent_logs[1:], "agent/rollout_s"), 2),
-                                  "of_which_env": round(mean(agent_logs[1:], "agent/env_s"), 2),
-                                  "generate_and_score": round(agent_generate_s, 2),
-                                  "loss_backward_optimizer": round(agent_s - agent_generate_s, 2)},
-            "agent_tokens_per_rollout_incl_masked":
-                round(generated / (1 - mean(agent_logs[1:], "agent/masked_fraction")), 1),
-        }  # fmt: skip
-        if vllm:
-            out["env_overlapped_share"] = round(overlap(env.spans, steps), 3)
-            out["agent_sampling_logp_difference_mean"] = mean(
-                agent_logs[1:], "sampling/sampling_logp_difference/mean"
-            )
         arms = [("single_turn", a.rollout_engine)] + (
             [("single_turn_hf", "trainer")] if a.single_turn_hf == "true" and vllm else []
         )
-        del agent
         for name, engine in arms:
             set_seed(0)
             on = engine == "vllm"
@@ -230,16 +326,20 @@ def main() -> None:
             single = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[answer_reward],
                                  args=common_args(Path(tmp) / name, a.steps, length, **kw), train_dataset=data,
                                  processing_class=tok, rollout_func=SingleTurnOnEngine(tok, length) if on else None)  # fmt: skip
+            profile = Profile(single)
             with ExitStack() as arm:
                 if on:
                     on_engine(single, arm, path)
                 single_s, single_generate_s, single_logs = run(single)
+            profile.close()
             single_tokens = mean(single_logs[1:], "completions/mean_length")
-            ratio = (agent_s / generated) / (single_s / single_tokens)
-            out |= {f"{name}_s_per_step": round(single_s, 2), f"{name}_tokens_per_rollout": round(single_tokens, 1),
-                    f"{name}_breakdown_s": {"generate_and_score": round(single_generate_s, 2),
-                                            "loss_backward_optimizer": round(single_s - single_generate_s, 2)},
-                    f"ratio_s_per_generated_token_agent_vs_{name}": round(ratio, 3)}  # fmt: skip
+            out[name] = {"s_per_step": round(single_s, 2), "tokens_per_rollout": round(single_tokens, 1),
+                         "breakdown_s": {"generate_and_score": round(single_generate_s, 2),
+                                         "loss_backward_optimizer": round(single_s - single_generate_s, 2)},
+                         "profile_per_step": profile.summary()}  # fmt: skip
+            for kind, (agent_s, generated) in agents.items():
+                ratio = (agent_s / generated) / (single_s / single_tokens)
+                out[f"ratio_s_per_generated_token_agent_{kind}_vs_{name}"] = round(ratio, 3)
             del single
     queries, unique = counters["queries"], counters["unique_queries"]
     out |= {"queries": queries, "unique_queries": unique,
@@ -247,6 +347,8 @@ def main() -> None:
             "reranker_pairs": counters["reranker_pairs"],
             "reranker_pairs_without_dedup": counters["reranker_pairs_requested"] if a.reranker_url else None}  # fmt: skip
     print(json.dumps(out, indent=1))
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ def rollout_row(r: Rollout, tokenizer: Any, step: int) -> dict[str, Any]:
     """What rollouts.jsonl keeps of one rollout."""
     return {"step": step, "completion": tokenizer.decode(r.completion_ids), "searches": r.searches,
             "finish": r.finish, "turns": r.turns, "invalid_turns": r.invalid_turns,
-            "tokens": len(r.completion_ids), "policy_tokens": sum(r.env_mask)}  # fmt: skip
+            "prompt_tokens": len(r.prompt_ids), "tokens": len(r.completion_ids),
+            "policy_tokens": sum(r.env_mask)}  # fmt: skip
 
 
 def trl_output(rollouts: list[Rollout], tokenizer: Any) -> dict[str, list]:
