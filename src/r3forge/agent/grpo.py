@@ -91,7 +91,6 @@ class AgentRollout:
                 raise ConfigError("the agent recipe needs vllm_mode: colocate (its rollouts call the engine)")
             with awake(trainer.vllm_generation) as llm:
                 policy = VLLMPolicy(llm, self.tokenizer.eos_token_id, args.temperature, args.top_p)
-                self.last_loop = loop_for(policy, self.config)
                 rollouts = roll_out(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
@@ -99,10 +98,10 @@ class AgentRollout:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                              gather_deepspeed3_params=args.ds3_gather_for_generation) as model:  # fmt: skip
                 policy = HFPolicy(model, self.tokenizer, args.temperature, args.top_p, self.batch_size)
-                self.last_loop = loop_for(policy, self.config)
                 rollouts = roll_out(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
+        self.last_loop = loop_for(policy, self.config)
         self.loops[self.last_loop] += 1
         self.log(trainer, rollouts, before, time.perf_counter() - start)
         return trl_output(rollouts, self.tokenizer)

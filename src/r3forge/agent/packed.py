@@ -201,18 +201,15 @@ class PackedGRPOTrainer(GRPOTrainer):
         if dist.is_available() and dist.is_initialized() and self.accelerator.num_processes > 1:
             count = torch.tensor(len(rows), device=input_ids.device)
             dist.all_reduce(count, op=dist.ReduceOp.MAX)
-            pad_id = (
-                self.processing_class.pad_token_id if hasattr(self.processing_class, "pad_token_id") else 0
-            )
-            rows += [pad_row(pad_id or 0, input_ids.device) for _ in range(int(count) - len(rows))]
+            pad_id = getattr(self.processing_class, "pad_token_id", None) or 0
+            rows += [pad_row(pad_id, input_ids.device) for _ in range(int(count) - len(rows))]
         logps, entropies = score_rows(model, rows, tuple(mask.shape), compute_entropy, self.accelerator)
         step = {"padded_tokens": input_ids.numel(), "packed_tokens": sum(r.tokens for r in rows),
-                "scored_positions": int(mask.bool().sum()), "forwards": len(rows)}  # fmt: skip
+                "scored_positions": sum(len(i) for r in rows for i in r.src), "forwards": len(rows)}  # fmt: skip
         for key, value in step.items():
             self.packing_stats[key] += value
-        if (
-            self._score_mask is not None
-        ):  # the trained batch (not old / reference log-probs): summed over ranks
+        # the trained batch (not old / reference log-probs) is logged, summed over ranks
+        if self._score_mask is not None:
             totals = torch.tensor(list(step.values()), dtype=torch.float64, device=input_ids.device)
             totals = self.accelerator.reduce(totals, reduction="sum").tolist()
             mode = "train" if self.model.training else "eval"
