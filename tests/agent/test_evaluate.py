@@ -34,6 +34,9 @@ def test_eval_agent_writes_rows_and_summary(world, smollm2_path, tmp_path):
     for row in rows:
         assert row["searches"] == len(row["queries"]) <= 1 and row["em"] in (0.0, 1.0)
         assert row["ra_r"] in (True, False) and 0.0 <= row["f1"] <= 1.0
+        assert row["prompt_tokens"] > 0 and 0 < row["policy_tokens"] <= row["tokens"] <= 160
+        if row["searches"]:  # its observation is counted in tokens, not in policy_tokens
+            assert row["policy_tokens"] < row["tokens"]
     assert summary["searches_per_question"] == sum(r["searches"] for r in rows) / 3
     assert summary["env"]["queries"] == sum(r["searches"] for r in rows)
     ra = [r for r in rows if r["ra_r"]]

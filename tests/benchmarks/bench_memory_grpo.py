@@ -18,11 +18,14 @@ at the middle step, as in the quickstart) with a few flags changed, in its own p
 * `no_compact`: the head scores every prompt and padding position too;
 * `no_ref`: `--beta 0`: TRL loads no reference model (what the frozen reference costs);
 * `no_heap`: `--bound_cpu_heap false`: glibc keeps freed blocks (what heap growth costs);
-* `half_batch`: 4 sequences per forward/backward, 2 accumulation steps: the same 8 rollouts per step.
+* `half_batch`: 4 sequences per forward/backward, 2 accumulation steps: the same 8 rollouts per step;
+* `padded`: `--packed_step false`: TRL's own training step, every micro-batch padded to the generation batch's
+  longest rollout and every completion position scored (the packed, mask-aware step is the YAML's default).
 
 Reported per variant: the GRPO process's peak RSS (the kernel's high-water mark, read every 0.5 s), the peak
 summed over its process tree (sampled every 0.5 s), wall seconds for the whole command (load, rollouts,
-training, saving) and each as a ratio against `yaml`. It times: run it alone.
+training, saving) and each as a ratio against `yaml`, printed and written to `--out` (JSON). It times: run
+it alone.
 
 Measured 2026-12-05 on the 2-core development machine, nothing beside it, 3 steps, before the YAML got
 `bound_cpu_heap: true` (so every variant below ran without it unless it says heap; peak RSS GiB / seconds):
@@ -37,6 +40,7 @@ more than noise; peak RSS repeats to ~0.1 GiB.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -58,6 +62,7 @@ VARIANTS = {
     "no_ref": ["--beta", "0"],
     "no_heap": NO_HEAP,
     "half_batch": ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"],
+    "padded": ["--packed_step", "false"],
 }
 
 
@@ -83,6 +88,7 @@ def main() -> None:
     ap.add_argument(
         "--workdir", default=None, help="where the variants' run folders go (default: a temp dir)"
     )
+    ap.add_argument("--out", default="runs/bench_memory_grpo.json", help="the results as JSON")
     args = ap.parse_args()
     run = Path(args.run)
     needed = [
@@ -114,6 +120,10 @@ def main() -> None:
                                      work / f"{name}.log")  # fmt: skip
             print(name, rows[name], file=sys.stderr, flush=True)
     ref = rows.get("yaml") or next(iter(rows.values()))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"run": str(run), "steps": args.steps, "cpu_count": os.cpu_count(),
+                                          "variants": {n: {"flags": VARIANTS[n], **r} for n, r in rows.items()}},
+                                         indent=1) + "\n")  # fmt: skip
     print(f"\nGRPO CPU recipe, {args.steps} steps, {os.cpu_count()} cores; ratios against `yaml`\n")
     print("| variant | flags | peak RSS GiB | vs yaml | peak tree RSS GiB | vs yaml | seconds | vs yaml |")
     print("|:---|:---|---:|---:|---:|---:|---:|---:|")

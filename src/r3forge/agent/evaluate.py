@@ -154,7 +154,8 @@ def main(
                 text = sampled_text(tokenizer, r.completion_ids)  # as sampled: no special token dropped
                 scored.append({"id": row["id"], "question": row["question"], "answers": row["answers"],
                                **score_rollout(row, text, r.observations), "queries": r.searches,
-                               "finish": r.finish, "tokens": len(r.completion_ids), "completion": text})  # fmt: skip
+                               "finish": r.finish, "prompt_tokens": len(r.prompt_ids), "tokens": len(r.completion_ids),
+                               "policy_tokens": sum(r.env_mask), "completion": text})  # fmt: skip
             print(f"eval agent: {len(scored)}/{len(rows)} questions", file=sys.stderr)
         counters = env.counters.as_dict()
     summary = summarize(scored) | {
