@@ -9,10 +9,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from r3forge.agent.async_rollout import BatchedPolicy, EnvBatcher, VLLMStepPolicy, run_rollouts_async
+from r3forge.agent.async_rollout import (
+    BatchedPolicy,
+    EnvBatcher,
+    VLLMStepPolicy,
+    context_budgets,
+    run_rollouts_async,
+)
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
 from r3forge.agent.rollout import HFPolicy, RolloutConfig, Turn, VLLMPolicy, encode_prompt, run_rollouts
+from r3forge.errors import ConfigError
 from r3forge.retrieval import load_retriever
 
 
@@ -113,6 +120,29 @@ def test_no_turn_barrier_and_sync_equality_with_uneven_rollouts(world, smol):
     before = [(k, name) for t, k, name in policy.log if t < end]
     assert before == [(0, "invalid"), (1, "search"), (3, "search"), (0, "invalid"), (0, "answer")]
     assert policy.log[-1][0] > end
+
+
+def test_a_rollout_stops_at_its_own_budget_in_both_loops(world, smol):
+    """Per-rollout budgets (`roll_out` gives a rollout whose prompt leaves less of the engine's context a
+    smaller one): the rollout that would run longest is cut at exactly its budget, finished `truncated`; the
+    others are as with one budget for all."""
+    _, tok = smol
+    env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
+    config = RolloutConfig(max_turns=4, max_turn_tokens=32, max_obs_tokens=24)
+    ids = [encode_prompt(tok, [{"role": "user", "content": f"ROLLOUT {k} go"}]) for k in (0, 1, 3)]
+    free = run_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, 4000)
+    assert len(free[2].completion_ids) > 60 and free[2].finish == "answer"
+    sync = run_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, [4000, 4000, 60])
+    batcher = EnvBatcher(env)
+    rollouts = run_rollouts_async(
+        ids, BatchedPolicy(PromptKeyedPolicy(tok)), batcher, tok, config, [4000, 4000, 60]
+    )
+    for got in (sync, rollouts):
+        assert_same(free[:2], got[:2])
+        assert len(got[2].completion_ids) == len(got[2].env_mask) == 60 and got[2].finish == "truncated"
+        assert got[2].completion_ids == free[2].completion_ids[:60]
+    with pytest.raises(ConfigError, match=r"prompt 1 has 30 tokens: no room left in the engine's context of 30"):
+        context_budgets([[1] * 10, [1] * 30], 4000, 30)
 
 
 @pytest.mark.slow

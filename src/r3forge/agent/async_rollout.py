@@ -36,8 +36,10 @@ from r3forge.agent.rollout import (
     apply_observation,
     apply_turn,
     close_if_full,
+    per_rollout,
     run_rollouts,
 )
+from r3forge.errors import ConfigError
 
 
 class AsyncPolicy(Protocol):
@@ -175,14 +177,15 @@ async def rollouts_async(
     env: SearchEnv | EnvBatcher,
     tokenizer: Any,
     config: RolloutConfig,
-    max_completion_tokens: int,
+    max_completion_tokens: int | Sequence[int],
 ) -> list[Rollout]:
     """`run_rollouts_async` inside a running event loop."""
     batcher = env if isinstance(env, EnvBatcher) else EnvBatcher(env)
     enc = Encoder(tokenizer)
     rollouts = [Rollout(list(p)) for p in prompt_ids]
+    budgets = per_rollout(max_completion_tokens, len(rollouts))
     await asyncio.gather(
-        *(_rollout(r, policy, batcher, enc, config, max_completion_tokens) for r in rollouts)
+        *(_rollout(r, policy, batcher, enc, config, n) for r, n in zip(rollouts, budgets, strict=True))
     )
     return rollouts
 
@@ -193,7 +196,7 @@ def run_rollouts_async(
     env: SearchEnv | EnvBatcher,
     tokenizer: Any,
     config: RolloutConfig,
-    max_completion_tokens: int,
+    max_completion_tokens: int | Sequence[int],
 ) -> list[Rollout]:
     """Roll out every prompt to the end, each at its own pace; one `Rollout` per prompt, in order. For greedy
     decoding the result equals `run_rollouts`'s where the policy's output does not depend on its batch."""
@@ -208,6 +211,30 @@ def loop_for(policy: Policy, config: RolloutConfig) -> str:
     )
 
 
+def context_budgets(prompt_ids: Sequence[list[int]], max_completion_tokens: int,
+                    context: int | None) -> list[int]:  # fmt: skip
+    """Each rollout's completion budget: `max_completion_tokens`, or less where the prompt and the whole
+    rollout would not fit the engine's context (a rollout that reaches it ends `truncated`, as at the budget).
+
+    >>> context_budgets([[1] * 100, [1] * 300], 400, 512), context_budgets([[1] * 100], 400, None)
+    ([400, 212], [400])
+    """
+    budgets = [max_completion_tokens if context is None else min(max_completion_tokens, context - len(p))
+               for p in prompt_ids]  # fmt: skip
+    if budgets and min(budgets) < 1:
+        i = budgets.index(min(budgets))
+        raise ConfigError(f"prompt {i} has {len(prompt_ids[i])} tokens: no room left in the engine's context of "
+                          f"{context} tokens (raise the engine's max_model_len or shorten the prompt)")  # fmt: skip
+    return budgets
+
+
+def engine_context(policy: Policy) -> int | None:
+    """The context length (prompt + generation) of a `VLLMPolicy`'s engine; None for other policies."""
+    if not isinstance(policy, VLLMPolicy):
+        return None
+    return int(policy.llm.llm_engine.model_config.max_model_len)
+
+
 def roll_out(
     prompt_ids: Sequence[list[int]],
     policy: Policy,
@@ -217,10 +244,12 @@ def roll_out(
     max_completion_tokens: int,
 ) -> list[Rollout]:
     """The loop `config.rollout_loop` names for a synchronous policy: a `VLLMPolicy`'s engine is stepped request by
-    request (`VLLMStepPolicy`), any other policy is batched as its requests arrive (`BatchedPolicy`)."""
+    request (`VLLMStepPolicy`), any other policy is batched as its requests arrive (`BatchedPolicy`). On a vLLM
+    engine each rollout also stops at the engine's context (`context_budgets`)."""
+    budgets = context_budgets(prompt_ids, max_completion_tokens, engine_context(policy))
     if loop_for(policy, config) == "sync":
-        return run_rollouts(prompt_ids, policy, env, tokenizer, config, max_completion_tokens)
+        return run_rollouts(prompt_ids, policy, env, tokenizer, config, budgets)
     async_policy: AsyncPolicy = (
         VLLMStepPolicy(policy) if isinstance(policy, VLLMPolicy) else BatchedPolicy(policy)
     )
-    return run_rollouts_async(prompt_ids, async_policy, env, tokenizer, config, max_completion_tokens)
+    return run_rollouts_async(prompt_ids, async_policy, env, tokenizer, config, budgets)

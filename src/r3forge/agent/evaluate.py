@@ -59,6 +59,11 @@ class EvalAgentConfig:
     policy_backend: Literal["hf", "vllm"] = field(
         default="hf", metadata={"help": "hf: transformers generate; vllm: vLLM's offline engine."}
     )
+    max_model_len: int = field(
+        default=2048,
+        metadata={"help": "policy_backend vllm: the engine's context (prompt + whole rollout); a rollout "
+                  "that reaches it ends truncated.", "min": 1},
+    )  # fmt: skip
     temperature: float = field(
         default=0.0, metadata={"help": "Sampling temperature of the agent (0: greedy)."}
     )
@@ -76,7 +81,8 @@ class EvalAgentConfig:
 
 def open_policy(stack: ExitStack, config: EvalAgentConfig) -> tuple[Policy, Any]:
     """The policy and its tokenizer, opened by `open_llm` (closed with `stack`)."""
-    llm = stack.enter_context(open_llm(LLMConfig(backend=config.policy_backend, model=config.model),
+    llm = stack.enter_context(open_llm(LLMConfig(backend=config.policy_backend, model=config.model,
+                                                 serve_max_model_len=config.max_model_len),
                                        seed=config.seed))  # fmt: skip
     if config.policy_backend == "vllm":
         return VLLMPolicy(

@@ -324,27 +324,41 @@ def close_if_full(r: Rollout, max_completion_tokens: int) -> None:
         r.finish = "truncated"
 
 
+def per_rollout(max_completion_tokens: int | Sequence[int], n: int) -> list[int]:
+    """One completion budget per rollout from one for all or one each.
+
+    >>> per_rollout(64, 2), per_rollout([64, 32], 2)
+    ([64, 64], [64, 32])
+    """
+    if isinstance(max_completion_tokens, int):
+        return [max_completion_tokens] * n
+    if len(max_completion_tokens) != n:
+        raise ValueError(f"{len(max_completion_tokens)} completion budgets for {n} prompts")
+    return list(max_completion_tokens)
+
+
 def run_rollouts(
     prompt_ids: Sequence[list[int]],
     policy: Policy,
     env: SearchEnv,
     tokenizer: Any,
     config: RolloutConfig,
-    max_completion_tokens: int,
+    max_completion_tokens: int | Sequence[int],
 ) -> list[Rollout]:
     """Roll out every prompt to the end (see the module docstring); one `Rollout` per prompt, in order.
 
     `max_completion_tokens` bounds all turns and observations of a rollout (GRPOConfig's
-    max_completion_length in training). The turn-synchronous loop; `async_rollout.run_rollouts_async` is the
+    max_completion_length in training); one budget for all, or one per prompt (`per_rollout`). The turn-synchronous loop; `async_rollout.run_rollouts_async` is the
     same per rollout without the turn-wide barrier."""
     enc = Encoder(tokenizer)
     rollouts = [Rollout(list(p)) for p in prompt_ids]
+    budgets = per_rollout(max_completion_tokens, len(rollouts))
     active = list(range(len(rollouts)))
     for t in range(config.max_turns + 1):
         if not active:
             break
         # > 0 for every active rollout: one that fills the budget is finished at the end of its turn
-        room = {i: max_completion_tokens - len(rollouts[i].completion_ids) for i in active}
+        room = {i: budgets[i] - len(rollouts[i].completion_ids) for i in active}
         budget = min(config.max_turn_tokens, max(room[i] for i in active))
         turns = policy.generate([rollouts[i].prompt_ids + rollouts[i].completion_ids for i in active], budget)
         searching: list[tuple[int, str]] = []
@@ -357,6 +371,6 @@ def run_rollouts(
             for (i, query), obs in zip(searching, observations, strict=True):
                 apply_observation(rollouts[i], query, obs, enc, config.max_obs_tokens)
         for i in active:
-            close_if_full(rollouts[i], max_completion_tokens)
+            close_if_full(rollouts[i], budgets[i])
         active = [i for i in active if not rollouts[i].finish]
     return rollouts

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from r3forge.agent.async_rollout import context_budgets, engine_context
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, EnvCounters, SearchConfig, SearchEnv, open_env
 from r3forge.agent.evaluate import EvalAgentConfig, open_policy
@@ -192,9 +193,9 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
                 if strategy == "relevance":
                     answers = relevance_guided(prompt, policy, env, tokenizer, rollout, tts, rng)
                 else:
-                    rs = run_rollouts(
-                        [prompt] * tts.samples, policy, env, tokenizer, rollout, config.max_completion_tokens
-                    )
+                    prompts = [prompt] * tts.samples
+                    budgets = context_budgets(prompts, config.max_completion_tokens, engine_context(policy))
+                    rs = run_rollouts(prompts, policy, env, tokenizer, rollout, budgets)
                     texts = [sampled_text(tokenizer, r.completion_ids) for r in rs]
                     answers = [a for a in (parse_completion(x).answer for x in texts) if a is not None]
                 vote = majority(answers)

@@ -66,7 +66,8 @@ class LLMConfig:
         metadata={"help": "Start `vllm serve` of `model` on a free loopback port for this job (openai)."},
     )
     serve_max_model_len: int = field(
-        default=2048, metadata={"help": "serve: context length of the started server."}
+        default=2048,
+        metadata={"help": "serve: context length of the started server; vllm: of the offline engine."},
     )
     serve_log: str = field(default="", metadata={"help": "serve: server log file; empty: a temporary file."})
     gpu_memory_utilization: float = field(
@@ -132,7 +133,12 @@ def open_llm(config: LLMConfig, seed: int | None = None) -> Iterator[LLM]:
             if seed is not None:
                 share["seed"] = seed
             backend = backends.build_backend(
-                VLLMEngineConfig(model=config.model, max_logprobs=config.max_logprobs, **share)
+                VLLMEngineConfig(
+                    model=config.model,
+                    max_logprobs=config.max_logprobs,
+                    max_model_len=config.serve_max_model_len,
+                    **share,
+                )
             )
             tokenizer = load_tokenizer(config.tokenizer or config.model)
         else:
