@@ -141,7 +141,9 @@ def test_a_rollout_stops_at_its_own_budget_in_both_loops(world, smol):
         assert_same(free[:2], got[:2])
         assert len(got[2].completion_ids) == len(got[2].env_mask) == 60 and got[2].finish == "truncated"
         assert got[2].completion_ids == free[2].completion_ids[:60]
-    with pytest.raises(ConfigError, match=r"prompt 1 has 30 tokens: no room left in the engine's context of 30"):
+    with pytest.raises(
+        ConfigError, match=r"prompt 1 has 30 tokens: no room left in the engine's context of 30"
+    ):
         context_budgets([[1] * 10, [1] * 30], 4000, 30)
 
 
