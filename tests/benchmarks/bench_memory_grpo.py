@@ -40,7 +40,6 @@ more than noise; peak RSS repeats to ~0.1 GiB.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -49,6 +48,7 @@ import time
 from pathlib import Path
 
 from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
+from r3forge.data.jsonio import write_json
 from r3forge.procmem import TreePeak, gib
 
 NO_HEAP = ["--bound_cpu_heap", "false"]
@@ -120,10 +120,8 @@ def main() -> None:
                                      work / f"{name}.log")  # fmt: skip
             print(name, rows[name], file=sys.stderr, flush=True)
     ref = rows.get("yaml") or next(iter(rows.values()))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"run": str(run), "steps": args.steps, "cpu_count": os.cpu_count(),
-                                          "variants": {n: {"flags": VARIANTS[n], **r} for n, r in rows.items()}},
-                                         indent=1) + "\n")  # fmt: skip
+    write_json(Path(args.out), {"run": str(run), "steps": args.steps, "cpu_count": os.cpu_count(),
+                                "variants": {n: {"flags": VARIANTS[n], **r} for n, r in rows.items()}})  # fmt: skip
     print(f"\nGRPO CPU recipe, {args.steps} steps, {os.cpu_count()} cores; ratios against `yaml`\n")
     print("| variant | flags | peak RSS GiB | vs yaml | peak tree RSS GiB | vs yaml | seconds | vs yaml |")
     print("|:---|:---|---:|---:|---:|---:|---:|---:|")

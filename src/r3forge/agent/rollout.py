@@ -348,8 +348,9 @@ def run_rollouts(
     """Roll out every prompt to the end (see the module docstring); one `Rollout` per prompt, in order.
 
     `max_completion_tokens` bounds all turns and observations of a rollout (GRPOConfig's
-    max_completion_length in training); one budget for all, or one per prompt (`per_rollout`). The turn-synchronous loop; `async_rollout.run_rollouts_async` is the
-    same per rollout without the turn-wide barrier."""
+    max_completion_length in training): one budget for all, or one per prompt (`per_rollout`). The
+    turn-synchronous loop; `async_rollout.run_rollouts_async` is the same per rollout without the turn-wide
+    barrier."""
     enc = Encoder(tokenizer)
     rollouts = [Rollout(list(p)) for p in prompt_ids]
     budgets = per_rollout(max_completion_tokens, len(rollouts))
