@@ -91,6 +91,7 @@ CASES = [
     ("annotate qream-judge-probe --qa_path {d}/qa.jsonl --output_dir {o} --max_questions 0", ("'--max_questions': must be >= 1",)),
     (f"{RULES} --max_questions 0", ("flag '--max_questions': must be >= 1 or unset",)),
     (f"{RULES} --config {{d}}/frac.yaml", ("frac.yaml:1: key 'validation_fraction': must be in [0, 1], got 1.5",)),
+    (f"{RULES} --doc_max_words -1", ("flag '--doc_max_words': must be >= 0",)),
     (f"{EXPORT_SFT} --validation_fraction -0.1", ("flag '--validation_fraction': must be in [0, 1]",)),
     (f"{EXPORT_SFT} --max_per_score 0", ("flag '--max_per_score': must be >= 1 or unset",)),
     (f"{SFT} --dataset {{d}}/rows.jsonl --per_device_train_batch_size 0", ("'--per_device_train_batch_size': must be >= 1, got 0",)),

@@ -9,11 +9,12 @@ from pathlib import Path
 import datasets
 import pytest
 
-from r3forge.annotate.rules import rule_annotations, rule_label, sentences
+from r3forge.annotate.rules import rule_annotations, rule_label, sentences, shown
 from r3forge.annotate.verbal import load_template, parse_annotation, render
 from r3forge.cli import run_command
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
+from r3forge.metrics.qa import answer_in_text, quoted_spans
 
 RECORD = {
     "id": "q1",
@@ -89,3 +90,65 @@ def test_hotpotqa_export(shared_data: Path, tmp_path: Path, capsys) -> None:
     dsd = datasets.load_from_disk(str(tmp_path / "all"))
     assert len(dsd["train"]) == len({(r["id"], p["id"]) for r in records[:3] for p in r["passages"]})
     assert "validation" not in dsd  # an empty split is not written (datasets cannot load one back)
+
+
+def test_a_cut_passage_is_labelled_by_what_it_shows() -> None:
+    gold = {
+        "title": "Vienna",
+        "text": "Vienna is old and very large. The Danube flows through Vienna.",
+        "relevance": 2,
+    }
+    assert rule_label(RECORD, shown(gold, 0))[0] == 5
+    score, comment = rule_label(RECORD, shown(gold, 6))  # "Vienna is old and very large.": the fact is cut
+    assert score == 1 and "Danube" not in comment
+    # the supporting sentence is cut, but the shown text still names the answer: cite what is shown
+    early = gold | {"text": "The Danube is near. Vienna is old and large. The Danube flows through Vienna."}
+    assert rule_label(RECORD, shown(early, 9)) == (
+        5, 'It states that "The Danube is near", which answers the question directly.'
+    )  # fmt: skip
+
+
+def test_a_citation_names_the_answer_when_two_passages_share_a_title() -> None:
+    # the sentence id (1) belongs to another passage titled Vienna; this one states the fact first
+    twin = {"title": "Vienna", "text": "The Danube runs through Vienna. Vienna is old.", "relevance": 2}
+    assert rule_label(RECORD, twin)[1] == 'It states that "The Danube runs through Vienna", which answers the question directly.'  # fmt: skip
+
+
+def test_world_labels_with_sub_questions_match_the_agents_view(tmp_path: Path, capsys) -> None:
+    world = tmp_path / "world"
+    argv = [
+        "synth-world",
+        "--seed",
+        "3",
+        "--num_passages",
+        "300",
+        "--num_questions",
+        "30",
+        "--output_dir",
+        str(world),
+    ]
+    assert run_command("data", argv) == 0
+    records = list(load_qa(str(world / "hf" / "questions")))
+    labelled = list(rule_annotations(records, doc_max_words=30, sub_questions=True))
+    subs = [r for r in labelled if "-sub" in r["question_id"]]
+    assert subs and {r["group_id"] for r in subs} <= {r["id"] for r in records}
+    for r in labelled:
+        assert len(r["doc_text"].split()) <= 30
+        for span in quoted_spans(r["comment"]):  # every citation is verbatim in the text the reranker sees
+            assert span in r["doc_text"], (r["question"], r["comment"], r["doc_text"])
+    answers = {r["id"]: r["answers"] for r in records} | {
+        f"{r['id']}-sub{i}": [s["answer"]] for r in records for i, s in enumerate(r["sub_questions"] or [], 1)
+    }
+    fives = [
+        r for r in labelled if r["score"] == 5 and answers[r["question_id"]][0].lower() not in ("yes", "no")
+    ]
+    assert fives and all(answer_in_text(answers[r["question_id"]], quoted_spans(r["comment"])) for r in fives)
+
+    out = tmp_path / "rules"
+    argv = ["rules", "--qa_path", str(world / "hf" / "questions"), "--doc_max_words", "30",
+            "--sub_questions", "true", "--validation_fraction", "0.3", "--output_dir", str(out)]  # fmt: skip
+    assert run_command("annotate", argv) == 0
+    dsd = datasets.load_from_disk(str(out))
+    train, held = (set(dsd[s]["group_id"]) for s in ("train", "validation"))
+    assert train and held and not train & held  # a sub-question never crosses into the other split
+    assert json.loads((out / "labels.json").read_text())["sub_questions"] is True

@@ -1,120 +1,171 @@
-"""The tables and the reward-curve plot of tests/benchmarks/bench_agent_grpo_learning.sh, from its run folder.
+"""The tables and plots of tests/benchmarks/bench_agent_grpo_seeds.sh, from its run folder.
 
-    .venv/bin/python tests/benchmarks/agent_learning_tables.py runs/bench_agent_learning
+    .venv/bin/python tests/benchmarks/agent_learning_tables.py runs/bench_agent_seeds
 
-Per arm (observation verbal from the 135M student / raw / verbal from the extractive stand-in): the held-out
-EM, F1, searches per question, RA-R and CUE-R of its warm start and of its GRPO checkpoint (greedy, the same questions), the gain after - before with a paired
-bootstrap 95% interval over the questions, and each verbal arm's difference to the raw arm's GRPO checkpoint
-(paired the same way). The training reward per step of every arm (and its 8-step moving mean) goes to
-RUN_DIR/reward_curves.png. Where tests/benchmarks/bench_agent_grpo_curve.sh ran (RUN_DIR/curve_<arm>), the
-held-out EM of each of its checkpoints with its paired gain over the warm start, and RUN_DIR/em_vs_steps.png.
+Per arm (raw passages / the extractive stand-in / the distilled student), over its training seeds:
+1. held-out EM of the warm start and of every checkpoint (mean over the seeds, min-max in brackets);
+2. at the last step: EM, its gain over the warm start with a 95% interval that resamples the seeds and the
+   questions (`metrics/stats.py: seeds_bootstrap`), F1, searches per question, RA-R, CUE-R, the share of
+   tied GRPO groups (every rollout of a question's group got the same reward: no gradient; TRL's
+   `frac_reward_zero_std`, mean over the steps and seeds) and the training reward of the first and last 8 steps;
+3. the differences between arms at the last step (student - raw, extractive - raw, student - extractive), the
+   same interval; seed i of one arm is set against seed i of the other.
+Plots: RUN_DIR/em_vs_steps.png (mean EM per checkpoint, each seed thin) and RUN_DIR/reward_curves.png (the
+training reward, 8-step moving mean, averaged over seeds). Everything printed also goes to RUN_DIR/tables.json.
+Only (arm, seed) runs with every checkpoint evaluated count; the others are listed as unfinished.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from r3forge.metrics.stats import paired_bootstrap
+from r3forge.data.jsonio import write_json
+from r3forge.metrics.stats import seeds_bootstrap
 
-ARMS = ("verbal", "raw", "extractive")
-COLS = ("em", "f1", "searches_per_question", "ra_r", "cue_r")
+ARMS = ("raw", "extractive", "student")
+COMPARE = (("student", "raw"), ("extractive", "raw"), ("student", "extractive"))
 
 
-def rows(d: Path) -> dict[str, dict]:
+def load_rows(d: Path) -> dict[str, dict]:
     return {r["id"]: r for r in map(json.loads, (d / "rows.jsonl").read_text().splitlines())}
 
 
-def paired(a: dict[str, dict], b: dict[str, dict], key: str) -> tuple[float, float, float]:
-    """b - a on the questions both answered: (mean, low, high) of the paired bootstrap 95% interval."""
-    ids = sorted(set(a) & set(b))
-    return paired_bootstrap([float(a[i][key]) for i in ids], [float(b[i][key]) for i in ids])
+def summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
 
 
-def cell(a: dict[str, dict], b: dict[str, dict], key: str) -> str:
-    gain, low, high = paired(a, b, key)
-    return f"{gain:+.3f} [{low:+.3f}, {high:+.3f}]"
-
-
-def table(r: Path) -> None:
-    done = [o for o in ARMS if (r / f"eval_{o}_after" / "summary.json").is_file()]
-    print("\n### Held-out EM/F1 before and after GRPO (greedy)\n")
-    print("| observation | checkpoint | questions | " + " | ".join(COLS) + " |")
-    print("|---" * (len(COLS) + 3) + "|")
-    for o in done:
-        for when in ("before", "after"):
-            s = json.loads((r / f"eval_{o}_{when}" / "summary.json").read_text())
-            name = "warm start" if when == "before" else f"GRPO ({steps(r, o)} steps)"
-            vals = " | ".join(f"{s[c]:.3f}" if s[c] == s[c] else "-" for c in COLS)
-            print(f"| {o} | {name} | {s['questions']} | {vals} |")
-        before, after = rows(r / f"eval_{o}_before"), rows(r / f"eval_{o}_after")
-        print(f"| {o} | **after - before** (paired 95% CI) | {len(set(before) & set(after))} | "
-              f"{cell(before, after, 'em')} | {cell(before, after, 'f1')} | | | |")  # fmt: skip
-    for o in (o for o in done if o != "raw" and "raw" in done):
-        raw, other = rows(r / "eval_raw_after"), rows(r / f"eval_{o}_after")
-        print(f"| {o} - raw | after GRPO (paired 95% CI) | {len(set(raw) & set(other))} | "
-              f"{cell(raw, other, 'em')} | {cell(raw, other, 'f1')} | | | |")  # fmt: skip
-    for o in done:
-        m = json.loads((r / f"grpo_{o}" / "final_metrics.json").read_text())
-        print(f"\n{o}: training reward, first {m['reward_window']} steps {m['reward_first']:.3f} -> last "
-              f"{m['reward_window']} {m['reward_last']:.3f}; {m['train_runtime']:.0f} s; environment "
-              f"{m['env']['queries']} queries ({m['env']['unique_queries']} unique)")  # fmt: skip
-
-
-def steps(r: Path, o: str) -> int:
-    return json.loads((r / f"grpo_{o}" / "final_metrics.json").read_text())["logged_steps"]
-
-
-def plot(r: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for o in ARMS:
-        path = r / f"grpo_{o}" / "metrics.jsonl"
-        if not path.is_file():
+def runs(r: Path, arm: str) -> tuple[dict[int, Path], list[int], list[str]]:
+    """{seed: run folder} of the arm's finished runs (every checkpoint evaluated), their steps, unfinished."""
+    found, unfinished, steps = {}, [], []
+    for d in sorted(r.glob(f"{arm}_s*")):
+        m = re.fullmatch(rf"{arm}_s(\d+)", d.name)
+        if not m:
             continue
-        logged = [x for x in map(json.loads, path.read_text().splitlines()) if "reward" in x]
-        xs, ys = [x["step"] for x in logged], [x["reward"] for x in logged]
-        line = ax.plot(xs, ys, alpha=0.35, label=f"{o} (per step)")[0]
-        smooth = [sum(ys[max(0, i - 7) : i + 1]) / len(ys[max(0, i - 7) : i + 1]) for i in range(len(ys))]
-        ax.plot(xs, smooth, color=line.get_color(), label=f"{o} (8-step mean)")
-    finish(fig, ax, ("GRPO step", "mean reward (EM + format)"), r / "reward_curves.png")
-
-
-def curve(r: Path) -> None:
-    """EM after each checkpoint of the longer runs, with the paired gain over the arm's warm start."""
-    found = []
-    for c in sorted(d for d in r.glob("curve_*") if d.is_dir()):
-        o = c.name.removeprefix("curve_")
-        before = rows(r / f"eval_{o}_before")
-        points = sorted(
-            (int(d.name.removeprefix("eval_")), d) for d in c.glob("eval_*") if (d / "summary.json").is_file()
+        metrics = d / "grpo" / "final_metrics.json"
+        evals = sorted(
+            int(e.name.removeprefix("eval_")) for e in d.glob("eval_*") if (e / "summary.json").is_file()
         )
-        if not points:
+        if not metrics.is_file() or not evals or evals[-1] != json.loads(metrics.read_text())["logged_steps"]:
+            unfinished.append(d.name)
             continue
-        print(f"\n### {o}: held-out EM by GRPO step (one run of {points[-1][0]} steps)\n")
-        print("| steps | EM | EM gain over the warm start (paired 95% CI) | F1 | searches / q | RA-R |")
-        print("|---:|---:|---|---:|---:|---:|")
-        s0 = json.loads((r / f"eval_{o}_before" / "summary.json").read_text())
-        print(
-            f"| 0 (warm start) | {s0['em']:.3f} | | {s0['f1']:.3f} | {s0['searches_per_question']:.2f} | {s0['ra_r']:.3f} |"
-        )
-        xs, ys, lo, hi = [0], [s0["em"]], [0.0], [0.0]
-        for step_, d in points:
-            s = json.loads((d / "summary.json").read_text())
-            gain, low, high = paired(before, rows(d), "em")
-            print(f"| {step_} | {s['em']:.3f} | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {s['f1']:.3f} | "
-                  f"{s['searches_per_question']:.2f} | {s['ra_r']:.3f} |")  # fmt: skip
-            xs.append(step_), ys.append(s["em"]), lo.append(gain - low), hi.append(high - gain)
-        found.append((o, xs, ys, lo, hi))
-    if not found:
+        found[int(m.group(1))], steps = d, evals
+    return found, steps, unfinished
+
+
+def table_em(arms: dict, out: dict) -> None:
+    steps = sorted({s for a in arms.values() for s in a["steps"]})
+    print("\n### Held-out EM by GRPO step (greedy; mean over seeds, min-max)\n")
+    print("| arm | seeds | 0 (warm start) | " + " | ".join(str(s) for s in steps) + " |")
+    print("|---|---:|---:|" + "---:|" * len(steps))
+    for arm, a in arms.items():
+        cells = []
+        for s in steps:
+            ems = [summary(d / f"eval_{s}")["em"] for d in a["runs"].values()] if s in a["steps"] else []
+            cells.append(f"{statistics.mean(ems):.3f} ({min(ems):.3f}-{max(ems):.3f})" if ems else "")
+            out.setdefault("em_by_step", {}).setdefault(arm, {})[s] = ems
+        print(f"| {arm} | {len(a['runs'])} | {a['before']['em']:.3f} | " + " | ".join(cells) + " |")
+        out["em_by_step"][arm][0] = [a["before"]["em"]]
+
+
+def em_table(a: dict, step: int) -> list[list[float]]:
+    """[seeds][questions] EM at `step` (0: the warm start, repeated per seed), in a fixed question order."""
+    ids = a["ids"]
+    if step == 0:
+        return [[float(a["before_rows"][i]["em"]) for i in ids]] * len(a["runs"])
+    return [[float(load_rows(d / f"eval_{step}")[i]["em"]) for i in ids] for d in a["runs"].values()]
+
+
+def table_final(arms: dict, out: dict) -> None:
+    print("\n### At the last step: the gain over the warm start (95% CI over seeds and questions)\n")
+    print("| arm | seeds | steps | EM | EM - warm start [95% CI] | F1 | searches / q | RA-R | CUE-R | tied groups | reward first 8 -> last 8 |")  # fmt: skip
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
+    for arm, a in arms.items():
+        last = a["steps"][-1]
+        gain = seeds_bootstrap(em_table(a, 0), em_table(a, last))
+        sums = [summary(d / f"eval_{last}") for d in a["runs"].values()]
+        mean = {k: statistics.mean(s[k] for s in sums if s[k] is not None) for k in ("em", "f1", "searches_per_question", "ra_r", "cue_r")}  # fmt: skip
+        tied, first, final = [], [], []
+        for d in a["runs"].values():
+            logged = [
+                x
+                for x in map(json.loads, (d / "grpo" / "metrics.jsonl").read_text().splitlines())
+                if "reward" in x
+            ]
+            tied += [x["frac_reward_zero_std"] for x in logged if "frac_reward_zero_std" in x]
+            first.append(statistics.mean(x["reward"] for x in logged[:8]))
+            final.append(statistics.mean(x["reward"] for x in logged[-8:]))
+        row = mean | {"seeds": sorted(a["runs"]), "steps": last, "gain": gain, "tied_groups": statistics.mean(tied),
+                      "reward_first8": statistics.mean(first), "reward_last8": statistics.mean(final),
+                      "warm_start": {k: a["before"][k] for k in ("em", "f1", "ra_r", "cue_r")}}  # fmt: skip
+        out.setdefault("final", {})[arm] = row
+        print(f"| {arm} | {len(a['runs'])} | {last} | {mean['em']:.3f} | {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] | "
+              f"{mean['f1']:.3f} | {mean['searches_per_question']:.2f} | {mean['ra_r']:.3f} | {mean['cue_r']:.3f} | "
+              f"{row['tied_groups']:.3f} | {row['reward_first8']:.3f} -> {row['reward_last8']:.3f} |")  # fmt: skip
+        print(f"| {arm} warm start | | 0 | {a['before']['em']:.3f} | | {a['before']['f1']:.3f} | "
+              f"{a['before']['searches_per_question']:.2f} | {a['before']['ra_r']:.3f} | {a['before']['cue_r']:.3f} | | |")  # fmt: skip
+
+
+def table_compare(arms: dict, out: dict) -> None:
+    pairs = [(x, y) for x, y in COMPARE if x in arms and y in arms]
+    if not pairs:
         return
+    print("\n### Between arms at the last step (EM, 95% CI over seeds and questions)\n")
+    print("| comparison | seeds | steps | difference [95% CI] | warm starts' difference |")
+    print("|---|---:|---:|---|---|")
+    for x, y in pairs:
+        seeds = sorted(set(arms[x]["runs"]) & set(arms[y]["runs"]))
+        last = min(arms[x]["steps"][-1], arms[y]["steps"][-1])
+        if not seeds or last not in arms[x]["steps"] or last not in arms[y]["steps"]:
+            continue
+        ax, ay = (arms[a] | {"runs": {s: arms[a]["runs"][s] for s in seeds}} for a in (x, y))
+        diff = seeds_bootstrap(em_table(ay, last), em_table(ax, last))
+        base = seeds_bootstrap(em_table(ay, 0)[:1], em_table(ax, 0)[:1])
+        out.setdefault("compare", {})[f"{x} - {y}"] = {
+            "seeds": seeds,
+            "steps": last,
+            "diff": diff,
+            "warm_starts": base,
+        }
+        print(f"| {x} - {y} | {len(seeds)} | {last} | {diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}] | "
+              f"{base[0]:+.3f} [{base[1]:+.3f}, {base[2]:+.3f}] |")  # fmt: skip
+
+
+def plots(r: Path, arms: dict) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for o, xs, ys, lo, hi in found:
-        bars = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{o} (95% CI of the gain)")
-        ax.axhline(ys[0], color=bars[0].get_color(), linestyle=":", label=f"{o} warm start")
+    for arm, a in arms.items():
+        xs = [0, *a["steps"]]
+        per_seed = [
+            [a["before"]["em"]] + [summary(d / f"eval_{s}")["em"] for s in a["steps"]]
+            for d in a["runs"].values()
+        ]
+        mean = [statistics.mean(col) for col in zip(*per_seed, strict=True)]
+        line = ax.plot(xs, mean, marker="o", label=f"{arm} (mean of {len(per_seed)} seeds)")[0]
+        for ys in per_seed:
+            ax.plot(xs, ys, color=line.get_color(), alpha=0.3, linewidth=0.8)
     finish(fig, ax, ("GRPO steps", "held-out EM (greedy)"), r / "em_vs_steps.png")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for arm, a in arms.items():
+        curves = []
+        for d in a["runs"].values():
+            logged = [
+                x["reward"]
+                for x in map(json.loads, (d / "grpo" / "metrics.jsonl").read_text().splitlines())
+                if "reward" in x
+            ]
+            curves.append([statistics.mean(logged[max(0, i - 7) : i + 1]) for i in range(len(logged))])
+        n = min(map(len, curves))
+        ax.plot(
+            range(1, n + 1),
+            [statistics.mean(c[i] for c in curves) for i in range(n)],
+            label=f"{arm} ({len(curves)} seeds)",
+        )
+    finish(fig, ax, ("GRPO step", "training reward (8-step mean, mean of seeds)"), r / "reward_curves.png")
 
 
 def finish(fig: plt.Figure, ax: plt.Axes, labels: tuple[str, str], path: Path) -> None:
@@ -123,11 +174,36 @@ def finish(fig: plt.Figure, ax: plt.Axes, labels: tuple[str, str], path: Path) -
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     print(f"\nplot: {path}")
 
 
+def main(r: Path) -> int:
+    arms, out = {}, {"run_dir": str(r)}
+    for arm in ARMS:
+        if not (r / f"{arm}_eval_0" / "summary.json").is_file():
+            continue
+        found, steps, unfinished = runs(r, arm)
+        if unfinished:
+            print(f"{arm}: unfinished (not counted): {', '.join(unfinished)}")
+        if found:
+            before_rows = load_rows(r / f"{arm}_eval_0")
+            arms[arm] = {"runs": found, "steps": steps, "before": summary(r / f"{arm}_eval_0"),
+                         "before_rows": before_rows, "ids": sorted(before_rows)}  # fmt: skip
+    if not arms:
+        print(f"{r}: no finished (arm, seed) run yet")
+        return 1
+    if (r / "student_path.txt").is_file():
+        out["student"] = (r / "student_path.txt").read_text().strip()
+        print(f"student: {out['student']}")
+    table_em(arms, out)
+    table_final(arms, out)
+    table_compare(arms, out)
+    plots(r, arms)
+    write_json(r / "tables.json", out)
+    print(f"written: {r / 'tables.json'}")
+    return 0
+
+
 if __name__ == "__main__":
-    run = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/bench_agent_learning")
-    table(run)
-    plot(run)
-    curve(run)
+    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/bench_agent_seeds")))

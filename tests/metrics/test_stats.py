@@ -1,6 +1,6 @@
 import pytest
 
-from r3forge.metrics.stats import paired_bootstrap
+from r3forge.metrics.stats import paired_bootstrap, seeds_bootstrap
 
 
 def test_the_interval_holds_the_mean_and_narrows_with_more_questions():
@@ -21,3 +21,20 @@ def test_pairs_are_compared_item_by_item():
 def test_unpaired_input_is_refused():
     with pytest.raises(ValueError, match="got 2 and 3"):
         paired_bootstrap([0.0, 1.0], [0.0, 1.0, 1.0])
+
+
+def test_seed_spread_widens_the_interval_that_questions_alone_would_give():
+    before = [[0.0] * 60] * 3
+    agree = [[1.0] * 12 + [0.0] * 48] * 3  # every seed +0.2
+    disagree = [[1.0] * 36 + [0.0] * 24, [0.0] * 60, [0.0] * 60]  # one seed +0.6, two +0: the same mean
+    a, b = seeds_bootstrap(before, agree), seeds_bootstrap(before, disagree)
+    assert a[0] == pytest.approx(0.2) and b[0] == pytest.approx(0.2)
+    assert a[1] > 0.0  # consistent over seeds: excludes zero
+    assert b[1] <= 0.0 + 1e-9 and b[2] - b[1] > a[2] - a[1]  # one lucky seed: the interval reaches zero
+
+
+def test_seed_tables_must_be_equally_shaped():
+    with pytest.raises(ValueError, match="equally shaped"):
+        seeds_bootstrap([[0.0, 1.0]], [[0.0, 1.0]] * 2)
+    with pytest.raises(ValueError, match="same questions"):
+        seeds_bootstrap([[0.0, 1.0], [0.0]], [[0.0, 1.0], [1.0]])

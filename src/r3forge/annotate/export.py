@@ -82,7 +82,10 @@ def sft_row(
     prompt = chat_prompt(user, system_prompt)
     text = annotation_text(record["comment"], int(record["score"]), score_first)
     completion = [{"role": "assistant", "content": text}]
-    return {
+    group = (
+        {"group_id": str(record["group_id"])} if record.get("group_id") else {}
+    )  # split key (sub-questions)
+    return group | {
         "prompt": prompt,
         "completion": completion,
         "question_id": str(record["question_id"]),
@@ -90,6 +93,7 @@ def sft_row(
         "score": int(record["score"]),
         "score_logprob": record.get("score_logprob"),
         "relevance": record.get("relevance"),  # gold label where the pairs have one (NDCG of the student)
+        "doc_text": record["doc_text"],  # the passage as the prompt shows it (quote faithfulness)
     }
 
 
@@ -152,12 +156,13 @@ def rebalance(
 def split_by_question(
     records: list[dict[str, Any]], validation_fraction: float, seed: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train, validation): a seeded shuffle of the distinct question ids, the first share held out."""
-    questions = sorted({str(r["question_id"]) for r in records})
+    """(train, validation): a seeded shuffle of the distinct question ids (a row's `group_id` where it has one:
+    a sub-question goes with its question), the first share held out."""
+    questions = sorted({str(r.get("group_id") or r["question_id"]) for r in records})
     random.Random(seed).shuffle(questions)
     held = set(questions[: round(validation_fraction * len(questions))])
-    return [r for r in records if r["question_id"] not in held], [
-        r for r in records if r["question_id"] in held
+    return [r for r in records if str(r.get("group_id") or r["question_id"]) not in held], [
+        r for r in records if str(r.get("group_id") or r["question_id"]) in held
     ]
 
 

@@ -14,6 +14,12 @@ teacher is out of reach (the embedded 135M teacher scores nearly everything 1). 
 
 Yes/no answers are never matched as strings. Gold relevance (0/1/2) is kept for NDCG.
 
+Two options make the labels match what a reranker sees inside the search agent (`r3forge eval agent`, GRPO):
+`doc_max_words` labels each passage cut to its first N words, as the agent's environment shows it (a gold
+passage whose supporting sentence is cut off is then labelled by the distractor rules: the text shown does
+not state the fact), and `sub_questions` adds each multi-hop question's sub-questions (the queries a search
+agent issues) as questions of their own, with the hop's supporting passage as the gold one.
+
     r3forge annotate rules --qa_path ../shared/data/hotpotqa/rpt_distractor_dev_sample_train.jsonl \\
         --output_dir runs/annotate/rules_hotpotqa_sft
 """
@@ -33,7 +39,7 @@ from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import answer_in_text, normalize_answer
 
-RULE_VERSION = "rule_labels_v1"
+RULE_VERSION = "rule_labels_v2"  # v2: citations checked against the answer (cited)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _STOP_TEXT = (
     "what which who whom whose when where why how is are was were be been did does do of in on at to for from by "
@@ -63,6 +69,16 @@ class RulesConfig:
         default=False,
         metadata={"help": "Variant, not the paper's format: completions 'Score: s' then 'Comment: ...'."},
     )
+    doc_max_words: int = field(
+        default=0,
+        metadata={"help": "Label each passage cut to its first N words, as the search agent's environment "
+                  "shows it (its doc_max_words); 0: the whole passage.", "min": 0},
+    )  # fmt: skip
+    sub_questions: bool = field(
+        default=False,
+        metadata={"help": "Also label each multi-hop question's sub-questions (records' `sub_questions`, "
+                  "aligned with `supporting_facts`), the hop's supporting passage as the gold one."},
+    )  # fmt: skip
     overwrite: bool = field(
         default=False, metadata={"help": "Move an existing output folder aside to <folder>.replaced-<time>."}
     )
@@ -110,6 +126,30 @@ def evidence(split: list[str], record: dict, answers: list[str]) -> str:
     return max(split, key=lambda s: len(question & set(content_words(s))))
 
 
+def cited(split: list[str], record: dict, passage: dict, answers: list[str]) -> str:
+    """The sentence a gold passage is cited by: its supporting-fact sentence (by title and sentence id) where
+    that names the answer, else the first sentence that names the answer; for a passage without the answer (a
+    bridge), the supporting-fact sentence where it names a sub-question's answer (the bridge entity), else the
+    first that does, else the supporting-fact sentence, else `evidence`. (Two passages may share a title, a
+    sentence id indexes only one of them: the answer check keeps the citation on the passage's own text.)
+
+    >>> rec = {"question": "Where was the founder of X born?", "supporting_facts": [{"title": "X", "sent_id": 0}],
+    ...        "sub_questions": [{"question": "Who founded X?", "answer": "Ann"}]}
+    >>> cited(["X is old.", "Ann founded X."], rec, {"title": "X"}, ["Rome"])
+    'Ann founded X.'
+    """
+    ids = [f["sent_id"] for f in record.get("supporting_facts") or [] if f["title"] == passage["title"]]
+    by_id = split[ids[0]] if ids and 0 <= ids[0] < len(split) else None
+    bridges = [
+        str(s["answer"]) for s in record.get("sub_questions") or [] if str(s.get("answer", "")).strip()
+    ]
+    for names in (answers, bridges):
+        named = [x for x in split if names and answer_in_text(names, x)]
+        if named:
+            return by_id if by_id in named else named[0]
+    return by_id if by_id is not None else evidence(split, record, answers)
+
+
 def rule_label(record: dict, passage: dict) -> tuple[int, str]:
     """(score, comment) of one (question record, own passage) by the module's rule.
 
@@ -119,13 +159,24 @@ def rule_label(record: dict, passage: dict) -> tuple[int, str]:
     (5, 'It states that "The Louvre is in Paris", which answers the question directly.')
     >>> rule_label(rec, {"title": "Nice", "text": "Nice is a city with a museum.", "relevance": 0})[0]
     2
+    >>> rule_label(rec, shown({"title": "Louvre", "text": "It is a museum. The Louvre is in Paris.", "relevance": 2}, 4))
+    (2, 'It is about Louvre and mentions louvre, museum, but says nothing the question needs.')
     """
     answers = [a for a in record.get("answers") or [] if normalize_answer(a) not in ("", "yes", "no")]
     has_answer = bool(answers) and answer_in_text(answers, passage["text"])
     if passage["relevance"] > 0:
-        split = sentences(passage["text"]) or [passage["text"]]
-        ids = [f["sent_id"] for f in record.get("supporting_facts") or [] if f["title"] == passage["title"]]
-        sentence = split[ids[0]] if ids and 0 <= ids[0] < len(split) else evidence(split, record, answers)
+        full = passage.get("full_text", passage["text"])  # sentence ids index the whole passage
+        sentence = cited(sentences(full) or [full], record, passage, answers)
+        if (
+            full != passage["text"] and " ".join(sentence.split()) not in passage["text"]
+        ):  # cut (doc_max_words)
+            if not has_answer:  # the fact is not shown: labelled as what is shown
+                return rule_label(
+                    record, {k: v for k, v in passage.items() if k != "full_text"} | {"relevance": 0}
+                )
+            sentence = evidence(
+                sentences(passage["text"]), record, answers
+            )  # the shown sentence with the answer
         if has_answer or passage["relevance"] >= 2:
             return 5, f'It states that "{quote(sentence)}", which answers the question directly.'
         return (
@@ -146,18 +197,69 @@ def rule_label(record: dict, passage: dict) -> tuple[int, str]:
     return 1, f"It is about {passage['title']}, which the question does not concern."
 
 
-def rule_annotations(records: Iterable[dict]) -> Iterator[dict[str, Any]]:
-    """Flat annotation records (the shape `export_sft` reads from a teacher run) for every own passage."""
-    for record in records:
-        if not record.get("passages"):
-            raise ConfigError(f"question {record['id']}: no passages to label (rules need the own passages)")
-        if all(p["relevance"] < 0 for p in record["passages"]):
-            raise ConfigError(f"question {record['id']}: passages without gold relevance; rules need it")
-        for passage in record["passages"]:
-            score, comment = rule_label(record, passage)
-            yield {"question_id": str(record["id"]), "question": record["question"], "doc_id": passage["id"],
-                   "doc_title": passage["title"], "doc_text": passage["text"], "comment": comment,
-                   "score": score, "score_logprob": None, "relevance": passage["relevance"]}  # fmt: skip
+def shown(passage: dict, max_words: int) -> dict:
+    """The passage as a search agent's environment shows it: its first `max_words` words joined by single
+    spaces (0: all, unchanged); a cut passage keeps its whole text in `full_text`.
+
+    >>> shown({"text": "One two. Three four five."}, 3)
+    {'text': 'One two. Three', 'full_text': 'One two. Three four five.'}
+    >>> shown({"text": "One two."}, 3)
+    {'text': 'One two.'}
+    """
+    words = passage["text"].split()
+    if not max_words or len(words) <= max_words:
+        return passage
+    return passage | {"text": " ".join(words[:max_words]), "full_text": passage["text"]}
+
+
+def sub_records(record: dict) -> list[dict]:
+    """A multi-hop record's sub-questions as records of their own: sub-question i's gold passage is the gold
+    passage of supporting fact i's title (relevance 2), every other passage relevance 0; [] where they do not
+    align.
+
+    >>> rec = {"id": "q", "question": "Where was the founder of X born?", "answers": ["Rome"],
+    ...        "passages": [{"title": "X", "relevance": 1}, {"title": "Ann", "relevance": 2}],
+    ...        "supporting_facts": [{"title": "X", "sent_id": 0}, {"title": "Ann", "sent_id": 1}],
+    ...        "sub_questions": [{"question": "Who founded X?", "answer": "Ann"},
+    ...                          {"question": "Where was Ann born?", "answer": "Rome"}]}
+    >>> [(r["id"], r["answers"], [p["relevance"] for p in r["passages"]]) for r in sub_records(rec)]
+    [('q-sub1', ['Ann'], [2, 0]), ('q-sub2', ['Rome'], [0, 2])]
+    """
+    subs, facts = record.get("sub_questions") or [], record.get("supporting_facts") or []
+    if not subs or len(subs) != len(facts):
+        return []
+    out = []
+    for i, (sub, fact) in enumerate(zip(subs, facts, strict=True), 1):
+        gold = [p["title"] == fact["title"] and p["relevance"] > 0 for p in record["passages"]]
+        passages = [p | {"relevance": 2 if g else 0} for p, g in zip(record["passages"], gold, strict=True)]
+        out.append({"id": f"{record['id']}-sub{i}", "question": sub["question"], "answers": [sub["answer"]],
+                    "passages": passages, "supporting_facts": [fact]})  # fmt: skip
+    return out
+
+
+def rule_annotations(
+    records: Iterable[dict], doc_max_words: int = 0, sub_questions: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Flat annotation records (the shape `export_sft` reads from a teacher run) for every own passage (cut
+    to `doc_max_words`), and with `sub_questions` for every sub-question of a multi-hop record as well."""
+    for top in records:
+        if not top.get("passages"):
+            raise ConfigError(f"question {top['id']}: no passages to label (rules need the own passages)")
+        if all(p["relevance"] < 0 for p in top["passages"]):
+            raise ConfigError(f"question {top['id']}: passages without gold relevance; rules need it")
+        for record in [top, *(sub_records(top) if sub_questions else [])]:
+            yield from _labelled(record, doc_max_words)
+
+
+def _labelled(record: dict, doc_max_words: int) -> Iterator[dict[str, Any]]:
+    # the split is by question: a sub-question (its own question_id) keeps its question's group_id
+    group = str(record["id"]).split("-sub")[0]
+    for full in record["passages"]:
+        passage = shown(full, doc_max_words)
+        score, comment = rule_label(record, passage)
+        yield {"question_id": str(record["id"]), "group_id": group, "question": record["question"], "doc_id": passage["id"],
+               "doc_title": passage["title"], "doc_text": passage["text"], "comment": comment,
+               "score": score, "score_logprob": None, "relevance": passage["relevance"]}  # fmt: skip
 
 
 def rules_main(config: RulesConfig) -> dict[str, int]:
@@ -170,7 +272,7 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
                              validation_fraction=config.validation_fraction, seed=config.seed,
                              max_per_score=config.max_per_score, score_first=config.score_first)  # fmt: skip
     template, _ = load_template(None)
-    dsd = build_sft(rule_annotations(records), export, template)
+    dsd = build_sft(rule_annotations(records, config.doc_max_words, config.sub_questions), export, template)
     write_sft(dsd, out)
     counts: dict[str, int] = {}
     for name, split in dsd.items():
@@ -178,6 +280,16 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
         for s in split["score"] if len(split) else []:
             counts[f"score_{s}"] = counts.get(f"score_{s}", 0) + 1
     (out / "labels.json").write_text(
-        json.dumps({"rule": RULE_VERSION, "score_first": config.score_first, **counts}, indent=1) + "\n"
+        json.dumps(
+            {
+                "rule": RULE_VERSION,
+                "score_first": config.score_first,
+                "doc_max_words": config.doc_max_words,
+                "sub_questions": config.sub_questions,
+                **counts,
+            },
+            indent=1,
+        )
+        + "\n"
     )
     return counts

@@ -165,3 +165,29 @@ def cover_batch(answers_list: Sequence[Golds], texts_list: Sequence[str | Sequen
 def _check_lengths(a: Sequence, b: Sequence, names: str) -> None:
     if len(a) != len(b):
         raise ValueError(f"length mismatch between {names}: {len(a)} vs {len(b)}")
+
+
+_QUOTED = re.compile(r'"([^"]+)"|\u201c([^\u201d]+)\u201d')
+
+
+def quoted_spans(text: str) -> list[str]:
+    """The spans a comment quotes (between straight or curly double quotes), whitespace collapsed, a trailing
+    ``...`` (a quote cut short) dropped.
+
+    >>> quoted_spans('It states that "Ann was born   in Rome", and \u201cBob ...\u201d.')
+    ['Ann was born in Rome', 'Bob']
+    """
+    spans = (" ".join((a or b).split()).removesuffix("...").strip() for a, b in _QUOTED.findall(text))
+    return [s for s in spans if s]
+
+
+def quotes_found(text: str, passage: str) -> tuple[int, int]:
+    """(quoted spans in ``text``, of them found verbatim in ``passage``): quote faithfulness counts. Verbatim
+    means the same characters, case included, up to whitespace and a final period of the span.
+
+    >>> quotes_found('It states that "Ann was born in Rome." and "Bob is 3"', "Ann  was born in Rome. Bob is 4.")
+    (2, 1)
+    """
+    hay = " ".join(passage.split())
+    spans = quoted_spans(text)
+    return len(spans), sum(s.rstrip(".") in hay for s in spans)

@@ -2,7 +2,9 @@
 
 - verbal reranker: parse rate of `Comment: ... / Score: s`, exact score accuracy and Spearman against the
   teacher's scores (the SFT targets), NDCG@k of the student's ranking (score, then score-token logprob)
-  against gold relevance where rows carry it. An unparsed output counts as wrong and ranks last.
+  against gold relevance where rows carry it, and quote faithfulness: the share of the spans its comments
+  quote that the passage holds verbatim (`quote_rate`: the share of comments that quote at all). An
+  unparsed output counts as wrong and ranks last.
 - QREAM-FT: a fixed reader answers each question from the student's rewrite and from the golden rewrite
   (the SFT target); token F1 of both.
 
@@ -33,6 +35,7 @@ from r3forge.backends.base import Choice, GenerationRequest
 from r3forge.backends.hf_local import HFLocalBackend
 from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.data.jsonio import write_jsonl
+from r3forge.metrics.qa import quotes_found
 from r3forge.metrics.ranking import spearman
 from r3forge.qream.rewrite import strip_echo, trim_generation
 from r3forge.qream.score import ReaderStep
@@ -79,24 +82,28 @@ def verbal_records(rows: Sequence[dict], choices: Sequence[Choice], tokenizer: A
             logprob = choice.logprobs[idx] if idx is not None and choice.logprobs else None
             if idx is not None and choice.top_logprobs:
                 expected = expected_score(score_logprobs(choice.top_logprobs[idx], decode))
+        # the passage: rows of an older export lack doc_text; their prompt holds it (and the question)
+        passage = row.get("doc_text") or row["prompt"][-1]["content"]
+        quotes, found = quotes_found(p.comment, passage) if isinstance(p, ParsedAnnotation) else (0, 0)
         records.append({"question_id": row["question_id"], "doc_id": row["doc_id"],
                         "teacher_score": int(row["score"]), "relevance": row.get("relevance"),
                         "student_score": score, "score_logprob": logprob, "expected_score": expected,
-                        "text": choice.text})  # fmt: skip
+                        "quotes": quotes, "quotes_found": found, "text": choice.text})  # fmt: skip
     return records
 
 
 def verbal_metrics(records: Sequence[dict]) -> dict[str, float]:
     """Parse rate, score accuracy, Spearman vs the teacher's score and NDCG@k vs `relevance` (argmax score
     with logprob tie-break; `expected_ndcg@k` by the expected score where the records have it), from
-    `verbal_records`. An unparsed output counts as wrong and ranks last.
+    `verbal_records`, and the quote rate and faithfulness of the parsed comments (NaN: nothing quoted). An
+    unparsed output counts as wrong and ranks last.
 
-    >>> rows = [{"question_id": "q", "doc_id": d, "score": s, "relevance": r} for d, s, r in
-    ...         [("a", 5, 2), ("b", 1, 0), ("c", 2, 0)]]
-    >>> outs = ["Comment: has it.\\nScore: 5", "Comment: no.\\nScore: 2", "no format"]
+    >>> rows = [{"question_id": "q", "doc_id": d, "score": s, "relevance": r, "doc_text": "Ann is 3."}
+    ...         for d, s, r in [("a", 5, 2), ("b", 1, 0), ("c", 2, 0)]]
+    >>> outs = ['Comment: "Ann is 3" has it.\\nScore: 5', 'Comment: "Ann is 4".\\nScore: 2', "no format"]
     >>> m = verbal_metrics(verbal_records(rows, [Choice(t, [], [], [], "stop") for t in outs]))
-    >>> m["parse_rate"], m["score_accuracy"], m["ndcg@1"]
-    (0.6667, 0.3333, 1.0)
+    >>> m["parse_rate"], m["score_accuracy"], m["ndcg@1"], m["quote_rate"], m["quote_faithfulness"]
+    (0.6667, 0.3333, 1.0, 1.0, 0.5)
     """
     parsed = [r for r in records if r["student_score"] is not None]
     n = max(len(records), 1)
@@ -105,6 +112,13 @@ def verbal_metrics(records: Sequence[dict]) -> dict[str, float]:
     student, teacher = [r["student_score"] for r in parsed], [r["teacher_score"] for r in parsed]
     rho = spearman(student, teacher) if len(student) >= 2 else math.nan
     out["spearman"] = round(rho, 4) if not math.isnan(rho) else math.nan
+    quotes = sum(r.get("quotes", 0) for r in parsed)
+    out["quote_rate"] = (
+        round(sum(r.get("quotes", 0) > 0 for r in parsed) / len(parsed), 4) if parsed else math.nan
+    )
+    out["quote_faithfulness"] = (
+        round(sum(r.get("quotes_found", 0) for r in parsed) / quotes, 4) if quotes else math.nan
+    )
     ranked = [{"question_id": r["question_id"], "doc_id": r["doc_id"], "score": r["student_score"] or 0,
                "score_logprob": r["score_logprob"], "relevance": r["relevance"], "rank": i,
                "expected_score": r.get("expected_score") if r["student_score"] is not None else 0.0}
