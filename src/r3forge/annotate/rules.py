@@ -18,7 +18,9 @@ Two options make the labels match what a reranker sees inside the search agent (
 `doc_max_words` labels each passage cut to its first N words, as the agent's environment shows it (a gold
 passage whose supporting sentence is cut off is then labelled by the distractor rules: the text shown does
 not state the fact), and `sub_questions` adds each multi-hop question's sub-questions (the queries a search
-agent issues) as questions of their own, with the hop's supporting passage as the gold one.
+agent issues) as questions of their own, with the hop's supporting passage as the gold one. With `cite_all`
+every comment quotes the passage, the 1-3 levels their sentence nearest the question (the answer's, else the
+one sharing most content words): `It states that "<sentence>", which the question does not concern.`
 
     r3forge annotate rules --qa_path ../shared/data/hotpotqa/rpt_distractor_dev_sample_train.jsonl \\
         --output_dir runs/annotate/rules_hotpotqa_sft
@@ -78,6 +80,12 @@ class RulesConfig:
         default=False,
         metadata={"help": "Also label each multi-hop question's sub-questions (records' `sub_questions`, "
                   "aligned with `supporting_facts`), the hop's supporting passage as the gold one."},
+    )  # fmt: skip
+    cite_all: bool = field(
+        default=False,
+        metadata={"help": "Every comment opens with a quote of the passage: a distractor's sentence nearest the "
+                  "question too (It states that \"...\", which the question does not concern), so a student "
+                  "first copies the evidence, then judges it."},
     )  # fmt: skip
     overwrite: bool = field(
         default=False, metadata={"help": "Move an existing output folder aside to <folder>.replaced-<time>."}
@@ -150,8 +158,9 @@ def cited(split: list[str], record: dict, passage: dict, answers: list[str]) -> 
     return by_id if by_id is not None else evidence(split, record, answers)
 
 
-def rule_label(record: dict, passage: dict) -> tuple[int, str]:
-    """(score, comment) of one (question record, own passage) by the module's rule.
+def rule_label(record: dict, passage: dict, cite_all: bool = False) -> tuple[int, str]:
+    """(score, comment) of one (question record, own passage) by the module's rule; with `cite_all` every
+    comment opens with a quote of the passage (a distractor's: its sentence nearest the question).
 
     >>> rec = {"question": "Which city hosts the Louvre museum?", "answers": ["Paris"],
     ...        "supporting_facts": [{"title": "Louvre", "sent_id": 1}]}
@@ -159,41 +168,42 @@ def rule_label(record: dict, passage: dict) -> tuple[int, str]:
     (5, 'It states that "The Louvre is in Paris", which answers the question directly.')
     >>> rule_label(rec, {"title": "Nice", "text": "Nice is a city with a museum.", "relevance": 0})[0]
     2
+    >>> rule_label(rec, {"title": "Nice", "text": "Nice is old. It has a museum.", "relevance": 0}, cite_all=True)
+    (1, 'It states that "It has a museum", which the question does not concern.')
     >>> rule_label(rec, shown({"title": "Louvre", "text": "It is a museum. The Louvre is in Paris.", "relevance": 2}, 4))
     (2, 'It is about Louvre and mentions louvre, museum, but says nothing the question needs.')
     """
     answers = [a for a in record.get("answers") or [] if normalize_answer(a) not in ("", "yes", "no")]
     has_answer = bool(answers) and answer_in_text(answers, passage["text"])
+    split = sentences(passage["text"]) or [passage["text"]]
     if passage["relevance"] > 0:
         full = passage.get("full_text", passage["text"])  # sentence ids index the whole passage
         sentence = cited(sentences(full) or [full], record, passage, answers)
-        if (
-            full != passage["text"] and " ".join(sentence.split()) not in passage["text"]
-        ):  # cut (doc_max_words)
-            if not has_answer:  # the fact is not shown: labelled as what is shown
-                return rule_label(
-                    record, {k: v for k, v in passage.items() if k != "full_text"} | {"relevance": 0}
-                )
-            sentence = evidence(
-                sentences(passage["text"]), record, answers
-            )  # the shown sentence with the answer
+        cut = full != passage["text"] and " ".join(sentence.split()) not in passage["text"]  # doc_max_words
+        if cut and not has_answer:  # the fact is not shown: labelled as what is shown
+            return rule_label(record, {k: v for k, v in passage.items() if k != "full_text"} | {"relevance": 0}, cite_all)  # fmt: skip
+        if cut:
+            sentence = evidence(split, record, answers)  # the shown sentence with the answer
         if has_answer or passage["relevance"] >= 2:
             return 5, f'It states that "{quote(sentence)}", which answers the question directly.'
-        return (
-            4,
-            f'It states that "{quote(sentence)}", a fact the question needs, but not the answer itself.',
-        )
+        return 4, f'It states that "{quote(sentence)}", a fact the question needs, but not the answer itself.'
+    nearest = (
+        f'It states that "{quote(evidence(split, record, answers))}"'  # the answer's sentence, else nearest
+    )
     if has_answer:
+        if cite_all:
+            return 3, f"{nearest}, but not in the sense the question asks about."
         return 3, f'It mentions "{answers[0]}", but not in the sense the question asks about.'
     question = set(content_words(record["question"]))
     shared = list(
         dict.fromkeys(t for t in content_words(passage["title"] + " " + passage["text"]) if t in question)
     )
     if question and len(shared) >= len(question) / 2:
-        return (
-            2,
-            f"It is about {passage['title']} and mentions {', '.join(shared[:3])}, but says nothing the question needs.",
-        )
+        if cite_all:
+            return 2, f"{nearest}, which is related to the question but says nothing it needs."
+        return 2, f"It is about {passage['title']} and mentions {', '.join(shared[:3])}, but says nothing the question needs."  # fmt: skip
+    if cite_all:
+        return 1, f"{nearest}, which the question does not concern."
     return 1, f"It is about {passage['title']}, which the question does not concern."
 
 
@@ -238,25 +248,26 @@ def sub_records(record: dict) -> list[dict]:
 
 
 def rule_annotations(
-    records: Iterable[dict], doc_max_words: int = 0, sub_questions: bool = False
+    records: Iterable[dict], doc_max_words: int = 0, sub_questions: bool = False, cite_all: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Flat annotation records (the shape `export_sft` reads from a teacher run) for every own passage (cut
-    to `doc_max_words`), and with `sub_questions` for every sub-question of a multi-hop record as well."""
+    to `doc_max_words`), with `sub_questions` for every sub-question of a multi-hop record as well, and with
+    `cite_all` a quote in every comment."""
     for top in records:
         if not top.get("passages"):
             raise ConfigError(f"question {top['id']}: no passages to label (rules need the own passages)")
         if all(p["relevance"] < 0 for p in top["passages"]):
             raise ConfigError(f"question {top['id']}: passages without gold relevance; rules need it")
         for record in [top, *(sub_records(top) if sub_questions else [])]:
-            yield from _labelled(record, doc_max_words)
+            yield from _labelled(record, doc_max_words, cite_all)
 
 
-def _labelled(record: dict, doc_max_words: int) -> Iterator[dict[str, Any]]:
+def _labelled(record: dict, doc_max_words: int, cite_all: bool) -> Iterator[dict[str, Any]]:
     # the split is by question: a sub-question (its own question_id) keeps its question's group_id
     group = str(record["id"]).split("-sub")[0]
     for full in record["passages"]:
         passage = shown(full, doc_max_words)
-        score, comment = rule_label(record, passage)
+        score, comment = rule_label(record, passage, cite_all)
         yield {"question_id": str(record["id"]), "group_id": group, "question": record["question"], "doc_id": passage["id"],
                "doc_title": passage["title"], "doc_text": passage["text"], "comment": comment,
                "score": score, "score_logprob": None, "relevance": passage["relevance"]}  # fmt: skip
@@ -272,7 +283,11 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
                              validation_fraction=config.validation_fraction, seed=config.seed,
                              max_per_score=config.max_per_score, score_first=config.score_first)  # fmt: skip
     template, _ = load_template(None)
-    dsd = build_sft(rule_annotations(records, config.doc_max_words, config.sub_questions), export, template)
+    dsd = build_sft(
+        rule_annotations(records, config.doc_max_words, config.sub_questions, config.cite_all),
+        export,
+        template,
+    )
     write_sft(dsd, out)
     counts: dict[str, int] = {}
     for name, split in dsd.items():

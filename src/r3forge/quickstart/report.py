@@ -153,6 +153,11 @@ def student_section(run: Path) -> list[str]:
              "Task metrics on held-out pairs (questions the student never saw; it generates comment + score):",
              ""]  # fmt: skip
     lines += table(("metric", "before SFT", "after SFT"), [(k, before.get(k), after.get(k)) for k in keys])
+    if after.get("eval_task_quote_faithfulness") is not None:
+        lines += ["", f"Quote faithfulness {fmt(after['eval_task_quote_faithfulness'])}: the share of the spans its "
+                  "comments quote that the passage holds verbatim (quote rate "
+                  f"{fmt(after.get('eval_task_quote_rate'))}: the comments that quote at all). Whether its comments "
+                  "keep the answer where the agent reads them: RA-R in section 4."]  # fmt: skip
     refs = heldout_rankings(run)
     if refs:
         rows = [(name, m["ndcg@1"], m["ndcg@3"], m["ndcg@5"]) for name, m in refs.items()]

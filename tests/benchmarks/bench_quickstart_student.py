@@ -1,0 +1,114 @@
+"""Is the quickstart's reranker student robust? Its four student stages, run for several quickstart seeds.
+
+    .venv/bin/python tests/benchmarks/bench_quickstart_student.py --seeds 0 1 2 \\
+        [--config configs/quickstart.yaml] [--root runs/bench_quickstart_student] [--eval_run runs/quickstart-<t>]
+
+For each seed, the exact command lines of the quickstart's stages `reranker-world`, `export-sft`, `reranker-sft`
+and `reranker-export` (`quickstart/plan.py: build_stages` with the config's settings and that `seed`: the
+reranker's world is seed + 1, so each seed is another world, other training rows and other held-out pairs) run
+into ROOT/seed<s>/ (resumable: a finished stage is skipped). Per seed, from the held-out pairs the student
+generates on after SFT (`reranker-sft/task_eval`): parse rate, how many distinct scores it gives (1: a constant
+argmax), Spearman against the teacher's scores, NDCG@3 of its ranking against input order and random order
+(`quickstart/report.py: heldout_rankings`, the references REPORT.md shows), quote rate and faithfulness. With
+`--eval_run` (a finished quickstart run), each student's observations are also measured on that run's held-out
+questions (tests/benchmarks/bench_observation_evidence.py: RA-R, hop recall, quote faithfulness).
+
+Targets (issue #43): over every seed, Spearman >= 0.3 and NDCG@3 >= input order + 0.10. Written to
+ROOT/results.json; trains, so run it alone when its seconds matter (they are reported, not a target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_observation_evidence import measure, plan  # tests/benchmarks/, next to this file
+
+from r3forge.config import parse_config
+from r3forge.data.jsonio import read_jsonl, write_json
+from r3forge.quickstart.plan import QuickstartConfig, build_stages
+from r3forge.quickstart.report import heldout_rankings
+
+STAGES = ("reranker-world", "export-sft", "reranker-sft", "reranker-export")
+DONE = {"reranker-world": "hf", "export-sft": "labels.json", "reranker-sft": "final_metrics.json",
+        "reranker-export": "config.json"}  # fmt: skip
+
+
+def run_stages(config: QuickstartConfig, run: Path) -> dict[str, float]:
+    seconds = {}
+    for stage in build_stages(config, run):
+        if stage.name not in STAGES or (Path(stage.output) / DONE[stage.name]).exists():
+            continue
+        print(f"== {time.strftime('%H:%M:%S')} seed {config.seed}: {stage.name}", file=sys.stderr, flush=True)
+        (run / "logs").mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        with open(run / "logs" / f"{stage.name}.log", "w") as log:
+            rc = subprocess.call(
+                [str(Path(sys.executable).parent / "r3forge"), *stage.argv], stdout=log, stderr=log
+            )
+        if rc != 0:
+            sys.exit(
+                f"seed {config.seed}: stage {stage.name} failed ({rc}); see {run / 'logs' / stage.name}.log"
+            )
+        seconds[stage.name] = round(time.perf_counter() - start, 1)
+    return seconds
+
+
+def student_metrics(run: Path) -> dict:
+    metrics = json.loads((run / "reranker-sft" / "final_metrics.json").read_text())
+    after = {k.removeprefix("eval_task_"): v for k, v in (metrics.get("task_after") or {}).items()}
+    rows = read_jsonl(sorted((run / "reranker-sft" / "task_eval").glob("step_*.jsonl"))[-1])
+    refs = heldout_rankings(run)
+    scores = sorted({r["student_score"] for r in rows if r["student_score"] is not None})
+    out = {k: after.get(k) for k in ("parse_rate", "score_accuracy", "spearman", "ndcg@3", "expected_ndcg@3",
+                                     "quote_rate", "quote_faithfulness")}  # fmt: skip
+    out |= {"pairs": len(rows), "distinct_scores": scores, "input_order_ndcg@3": refs["input order"]["ndcg@3"],
+            "random_ndcg@3": refs["random order (mean of 100 shuffles)"]["ndcg@3"],
+            "precision": json.loads((run / "reranker-sft" / "run.json").read_text()).get("precision")}  # fmt: skip
+    rho = out["spearman"]
+    out["target_met"] = bool(rho == rho and rho is not None and rho >= 0.3 and out["ndcg@3"] >= out["input_order_ndcg@3"] + 0.10)  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--config", default="configs/quickstart.yaml")
+    p.add_argument("--root", type=Path, default=Path("runs/bench_quickstart_student"))
+    p.add_argument(
+        "--eval_run", type=Path, default=None, help="A finished quickstart run for the RA-R bench."
+    )
+    args = p.parse_args(argv)
+    results = []
+    for seed in args.seeds:
+        (config,) = parse_config(
+            (QuickstartConfig,), ["--config", args.config, "--seed", str(seed)], prog="bench"
+        )
+        run = args.root / f"seed{seed}"
+        seconds = run_stages(config, run)
+        row = {"seed": seed, "seconds": seconds} | student_metrics(run)
+        if args.eval_run is not None:
+            ns = argparse.Namespace(run=args.eval_run, backend="hf")
+            obs = measure(f"seed{seed}", str(run / "reranker"), plan(args.eval_run, None), ns)
+            row["observations"] = {k: v for k, v in obs.items() if not k.startswith("per_")}
+        results.append(row)
+        write_json(args.root / "results.json", {"config": args.config, "results": results})
+    print("| seed | parse | distinct scores | Spearman | NDCG@3 | input order | random | quote rate | quote faithfulness | RA-R | hop recall | target |")  # fmt: skip
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    f = lambda x: "-" if x is None or x != x else f"{x:.3f}"  # noqa: E731
+    for r in results:
+        o = r.get("observations", {})
+        print(f"| {r['seed']} | {f(r['parse_rate'])} | {r['distinct_scores']} | {f(r['spearman'])} | {f(r['ndcg@3'])} | "
+              f"{f(r['input_order_ndcg@3'])} | {f(r['random_ndcg@3'])} | {f(r['quote_rate'])} | "
+              f"{f(r['quote_faithfulness'])} | {f(o.get('ra_r'))} | {f(o.get('hop_recall'))} | "
+              f"{'met' if r['target_met'] else 'not met'} |")  # fmt: skip
+    print(f"\nwritten: {args.root / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
