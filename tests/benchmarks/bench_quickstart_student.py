@@ -62,7 +62,7 @@ def student_metrics(run: Path) -> dict:
     metrics = json.loads((run / "reranker-sft" / "final_metrics.json").read_text())
     after = {k.removeprefix("eval_task_"): v for k, v in (metrics.get("task_after") or {}).items()}
     rows = read_jsonl(sorted((run / "reranker-sft" / "task_eval").glob("step_*.jsonl"))[-1])
-    refs = heldout_rankings(run)
+    refs = heldout_rankings(run / "reranker-sft" / "task_eval")
     scores = sorted({r["student_score"] for r in rows if r["student_score"] is not None})
     out = {k: after.get(k) for k in ("parse_rate", "score_accuracy", "spearman", "ndcg@3", "expected_ndcg@3",
                                      "quote_rate", "quote_faithfulness")}  # fmt: skip

@@ -124,10 +124,11 @@ def annotation_section(run: Path, teacher: str, labels: str = "model") -> list[s
     return lines
 
 
-def heldout_rankings(run: Path) -> dict[str, dict[str, float]]:
+def heldout_rankings(task_eval: Path) -> dict[str, dict[str, float]]:
     """NDCG@k of the input order and of the teacher's labels on the held-out pairs the student was evaluated
-    on (the task eval's last per-row file), so the student's figures have their references beside them."""
-    files = sorted((run / "reranker-sft" / "task_eval").glob("step_*.jsonl"))
+    on (the last per-row file in an SFT run's `task_eval/`), so the student's figures have their references
+    beside them."""
+    files = sorted(task_eval.glob("step_*.jsonl"))
     if not files:
         return {}
     rows = [r | {"rank": i, "score": r["teacher_score"]} for i, r in enumerate(read_jsonl(files[-1]))]
@@ -158,7 +159,7 @@ def student_section(run: Path) -> list[str]:
                   "comments quote that the passage holds verbatim (quote rate "
                   f"{fmt(after.get('eval_task_quote_rate'))}: the comments that quote at all). Whether its comments "
                   "keep the answer where the agent reads them: RA-R in section 4."]  # fmt: skip
-    refs = heldout_rankings(run)
+    refs = heldout_rankings(run / "reranker-sft" / "task_eval")
     if refs:
         rows = [(name, m["ndcg@1"], m["ndcg@3"], m["ndcg@5"]) for name, m in refs.items()]
         for name, m in (("student before SFT", before), ("student after SFT", after)):
