@@ -10,9 +10,7 @@ progress bars on the terminal, its output also in `logs/<stage>.log`), with the 
     index           BM25 over the world's corpus
     annotate        teacher (embedded model behind a real vLLM server on loopback) verbal triplets
     export-sft      the student's SFT set, split by question: the rule teacher's labels of the reranker world
-                    (default; the 135M teacher's scores carry no signal) as the agent will show it the
-                    passages (cut to 30 words) and for the queries it will send (each hop's sub-question
-                    too), or the teacher's annotations
+                    (default; the 135M teacher's scores carry no signal) or the teacher's annotations
     reranker-sft    distill the verbal reranker student (configs/sft/verbal_reranker_world_cpu.yaml)
     reranker-export the student as a release folder (what vLLM serves and the Hub receives)
     warmstart-data  worked search trajectories that teach the generator the tags, with the observations
@@ -38,10 +36,9 @@ from r3forge.errors import ConfigError
 
 # the observation settings of configs/grpo/agent_world_cpu.yaml (and eval/agent_world_cpu.yaml), so that the
 # warm start teaches the format GRPO shows (tests/quickstart checks they agree)
-DOC_MAX_WORDS = (
-    30  # the agent's environment cuts each passage to 30 words: the student is trained on that view
+WARMSTART_ENV = (
+    "--observation verbal --num_retrieve 3 --num_shown 2 --doc_max_words 30 --reranker_max_tokens 64"
 )
-WARMSTART_ENV = f"--observation verbal --num_retrieve 3 --num_shown 2 --doc_max_words {DOC_MAX_WORDS} --reranker_max_tokens 64"
 # QuickstartConfig fields that say where/how far to run, not what: a resume may change them
 RUN_CONTROL = ("run_dir", "fresh", "stop_after", "output_root")
 STAGE_NAMES = ("models", "world", "reranker-world", "index", "annotate", "export-sft", "reranker-sft",
@@ -181,8 +178,7 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
         export = stage("export-sft", "Rule-teacher labels of the reranker world as the SFT set",
                        f"annotate rules --qa_path {r}/reranker-world/hf/questions --max_questions "
                        f"{c.rules_questions} --validation_fraction 0.25 --max_per_score {c.rules_max_per_score} "
-                       f"--doc_max_words {DOC_MAX_WORDS} --sub_questions true --output_dir {r}/sft-data",
-                       f"{r}/sft-data")  # fmt: skip
+                       f"--output_dir {r}/sft-data", f"{r}/sft-data")  # fmt: skip
     else:
         export = stage("export-sft", "Export the accepted annotations as an SFT set",
                        f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir "
