@@ -151,4 +151,5 @@ def test_world_labels_with_sub_questions_match_the_agents_view(tmp_path: Path, c
     dsd = datasets.load_from_disk(str(out))
     train, held = (set(dsd[s]["group_id"]) for s in ("train", "validation"))
     assert train and held and not train & held  # a sub-question never crosses into the other split
-    assert json.loads((out / "labels.json").read_text())["sub_questions"] is True
+    labels = json.loads((out / "labels.json").read_text())
+    assert labels["sub_questions"] is True and labels["doc_max_words"] == 30 and labels["cite_all"] is False

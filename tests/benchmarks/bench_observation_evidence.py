@@ -85,7 +85,7 @@ def measure(name: str, spec: str, questions: list[dict], args: argparse.Namespac
             obs, ds = next(it)
             seen.append(obs.text)
             hops.append(float(answer_in_text(answers, obs.text)))
-            cut = [" ".join(str(d["text"]).split()[:30]) for d in ds]
+            cut = [" ".join(str(d["text"]).split()[: env_config.doc_max_words]) for d in ds]
             hops_retrieved.append(float(answer_in_text(answers, cut)))
             words.append(len(obs.text.split()))
             if env_config.observation == "verbal":

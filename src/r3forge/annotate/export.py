@@ -158,11 +158,12 @@ def split_by_question(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, validation): a seeded shuffle of the distinct question ids (a row's `group_id` where it has one:
     a sub-question goes with its question), the first share held out."""
-    questions = sorted({str(r.get("group_id") or r["question_id"]) for r in records})
+    key = [str(r.get("group_id") or r["question_id"]) for r in records]
+    questions = sorted(set(key))
     random.Random(seed).shuffle(questions)
     held = set(questions[: round(validation_fraction * len(questions))])
-    return [r for r in records if str(r.get("group_id") or r["question_id"]) not in held], [
-        r for r in records if str(r.get("group_id") or r["question_id"]) in held
+    return [r for r, k in zip(records, key, strict=True) if k not in held], [
+        r for r, k in zip(records, key, strict=True) if k in held
     ]
 
 

@@ -187,9 +187,8 @@ def rule_label(record: dict, passage: dict, cite_all: bool = False) -> tuple[int
         if has_answer or passage["relevance"] >= 2:
             return 5, f'It states that "{quote(sentence)}", which answers the question directly.'
         return 4, f'It states that "{quote(sentence)}", a fact the question needs, but not the answer itself.'
-    nearest = (
-        f'It states that "{quote(evidence(split, record, answers))}"'  # the answer's sentence, else nearest
-    )
+    # cite_all: a distractor is quoted by its answer's sentence, else the one nearest the question
+    nearest = f'It states that "{quote(evidence(split, record, answers))}"' if cite_all else ""
     if has_answer:
         if cite_all:
             return 3, f"{nearest}, but not in the sense the question asks about."
@@ -258,13 +257,12 @@ def rule_annotations(
             raise ConfigError(f"question {top['id']}: no passages to label (rules need the own passages)")
         if all(p["relevance"] < 0 for p in top["passages"]):
             raise ConfigError(f"question {top['id']}: passages without gold relevance; rules need it")
+        # the split is by question: a sub-question (its own question_id) keeps its question's group_id
         for record in [top, *(sub_records(top) if sub_questions else [])]:
-            yield from _labelled(record, doc_max_words, cite_all)
+            yield from _labelled(record, str(top["id"]), doc_max_words, cite_all)
 
 
-def _labelled(record: dict, doc_max_words: int, cite_all: bool) -> Iterator[dict[str, Any]]:
-    # the split is by question: a sub-question (its own question_id) keeps its question's group_id
-    group = str(record["id"]).split("-sub")[0]
+def _labelled(record: dict, group: str, doc_max_words: int, cite_all: bool) -> Iterator[dict[str, Any]]:
     for full in record["passages"]:
         passage = shown(full, doc_max_words)
         score, comment = rule_label(record, passage, cite_all)
@@ -301,6 +299,7 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
                 "score_first": config.score_first,
                 "doc_max_words": config.doc_max_words,
                 "sub_questions": config.sub_questions,
+                "cite_all": config.cite_all,
                 **counts,
             },
             indent=1,
