@@ -26,8 +26,6 @@ import sys
 import time
 from pathlib import Path
 
-from bench_observation_evidence import measure, plan  # tests/benchmarks/, next to this file
-
 from r3forge.config import parse_config
 from r3forge.data.jsonio import read_jsonl, write_json
 from r3forge.quickstart.plan import QuickstartConfig, build_stages
@@ -74,6 +72,17 @@ def student_metrics(run: Path) -> dict:
     return out
 
 
+def observations(eval_run: Path, run: Path) -> dict:
+    """The student's observations on EVAL_RUN's held-out questions, by bench_observation_evidence.py."""
+    out = run / "observations.json"
+    if not out.exists():
+        bench = Path(__file__).with_name("bench_observation_evidence.py")
+        cmd = [sys.executable, str(bench), "--run", str(eval_run), "--student", f"student={run / 'reranker'}"]
+        subprocess.run([*cmd, "--out", str(out)], check=True)
+    (obs,) = [a for a in json.loads(out.read_text())["arms"] if a["arm"] == "student"]
+    return {k: v for k, v in obs.items() if not k.startswith("per_")}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -92,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = run_stages(config, run)
         row = {"seed": seed, "seconds": seconds} | student_metrics(run)
         if args.eval_run is not None:
-            ns = argparse.Namespace(run=args.eval_run, backend="hf")
-            obs = measure(f"seed{seed}", str(run / "reranker"), plan(args.eval_run, None), ns)
-            row["observations"] = {k: v for k, v in obs.items() if not k.startswith("per_")}
+            row["observations"] = observations(args.eval_run, run)
         results.append(row)
         write_json(args.root / "results.json", {"config": args.config, "results": results})
     print("| seed | parse | distinct scores | Spearman | NDCG@3 | input order | random | quote rate | quote faithfulness | RA-R | hop recall | target |")  # fmt: skip
