@@ -15,6 +15,7 @@
 #    epoch (`reranker-sft`'s metrics.jsonl, task_eval/), then a release folder.
 # 4. tests/benchmarks/bench_observation_evidence.py: raw, the extractive stand-in, this student and the
 #    quickstart's on the learning bench's fixed searches (RA-R, hop recall, quote faithfulness) -> observations.json.
+#    QUICKSTART_ARM=false leaves the quickstart's student out (tests/benchmarks/student_evidence_curve.sh).
 # The student's release folder is what `STUDENT=` of bench_agent_grpo_seeds.sh takes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,13 +25,15 @@ R=${2:-runs/student_evidence}
 PER_SCORE=${PER_SCORE:-200}
 EPOCHS=${EPOCHS:-2}
 CITE_ALL=${CITE_ALL:-false}
+QS_ARM=()
+[ "${QUICKSTART_ARM:-true}" = false ] || QS_ARM=(--student "quickstart=$QS/reranker")
 step() { echo "== $(date +%T) $1" >&2; }
 mkdir -p "$R"
 [ -d "$R/world/hf" ] || { step world; $B data synth-world --seed 7 --num_passages 2000 --num_questions 400 --output_dir "$R/world"; }
 [ -f "$R/rules/labels.json" ] || { step rules; $B annotate rules --qa_path "$R/world/hf/questions" --validation_fraction 0.1 --max_per_score "$PER_SCORE" --doc_max_words 30 --sub_questions true --cite_all "$CITE_ALL" --output_dir "$R/rules"; }
 [ -f "$R/sft/final_metrics.json" ] || { step sft; $B sft --config configs/sft/verbal_reranker_world_cpu.yaml --dataset "$R/rules" --eval_dataset '' --eval_split validation --num_train_epochs "$EPOCHS" --task_eval_samples 200 --max_eval_samples 200 --task_eval_at_start false --eval_strategy epoch --save_total_limit "$EPOCHS" --report_to none --output_dir "$R/sft" --resume_from_checkpoint auto; }
 [ -f "$R/release/config.json" ] || { step export; $B export --run "$R/sft" --out "$R/release"; }
-[ -f "$R/observations.json" ] || { step observations; .venv/bin/python tests/benchmarks/bench_observation_evidence.py --run "$QS" --student "evidence=$R/release" --student "quickstart=$QS/reranker" --out "$R/observations.json"; }
+[ -f "$R/observations.json" ] || { step observations; .venv/bin/python tests/benchmarks/bench_observation_evidence.py --run "$QS" --student "evidence=$R/release" "${QS_ARM[@]}" --out "$R/observations.json"; }
 .venv/bin/python - "$R" <<'EOF'
 import json
 import sys
