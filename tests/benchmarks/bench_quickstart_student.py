@@ -1,7 +1,8 @@
 """Is the quickstart's reranker student robust? Its four student stages, run for several quickstart seeds.
 
     .venv/bin/python tests/benchmarks/bench_quickstart_student.py --seeds 0 1 2 \\
-        [--config configs/quickstart.yaml] [--root runs/bench_quickstart_student] [--eval_run runs/quickstart-<t>]
+        [--config configs/quickstart.yaml] [--root runs/bench_quickstart_student] [--eval_run runs/quickstart-<t>] \\
+        [-- QUICKSTART FLAGS, e.g. --rules_agent_view true --rules_questions 240 --rules_max_per_score 100]
 
 For each seed, the exact command lines of the quickstart's stages `reranker-world`, `export-sft`, `reranker-sft`
 and `reranker-export` (`quickstart/plan.py: build_stages` with the config's settings and that `seed`: the
@@ -91,11 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--eval_run", type=Path, default=None, help="A finished quickstart run for the RA-R bench."
     )
+    p.add_argument(
+        "overrides", nargs=argparse.REMAINDER, help="After --: quickstart flags, e.g. -- --reranker_epochs 2"
+    )
     args = p.parse_args(argv)
+    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
     results = []
     for seed in args.seeds:
         (config,) = parse_config(
-            (QuickstartConfig,), ["--config", args.config, "--seed", str(seed)], prog="bench"
+            (QuickstartConfig,), ["--config", args.config, *overrides, "--seed", str(seed)], prog="bench"
         )
         run = args.root / f"seed{seed}"
         seconds = run_stages(config, run)
@@ -103,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.eval_run is not None:
             row["observations"] = observations(args.eval_run, run)
         results.append(row)
-        write_json(args.root / "results.json", {"config": args.config, "results": results})
+        write_json(
+            args.root / "results.json", {"config": args.config, "overrides": overrides, "results": results}
+        )
     print("| seed | parse | distinct scores | Spearman | NDCG@3 | input order | random | quote rate | quote faithfulness | RA-R | hop recall | target |")  # fmt: skip
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     f = lambda x: "-" if x is None or x != x else f"{x:.3f}"  # noqa: E731

@@ -36,9 +36,8 @@ from r3forge.errors import ConfigError
 
 # the observation settings of configs/grpo/agent_world_cpu.yaml (and eval/agent_world_cpu.yaml), so that the
 # warm start teaches the format GRPO shows (tests/quickstart checks they agree)
-WARMSTART_ENV = (
-    "--observation verbal --num_retrieve 3 --num_shown 2 --doc_max_words 30 --reranker_max_tokens 64"
-)
+DOC_MAX_WORDS = 30  # the environment cuts each passage to 30 words (rules_agent_view labels that view)
+WARMSTART_ENV = f"--observation verbal --num_retrieve 3 --num_shown 2 --doc_max_words {DOC_MAX_WORDS} --reranker_max_tokens 64"
 # QuickstartConfig fields that say where/how far to run, not what: a resume may change them
 RUN_CONTROL = ("run_dir", "fresh", "stop_after", "output_root")
 STAGE_NAMES = ("models", "world", "reranker-world", "index", "annotate", "export-sft", "reranker-sft",
@@ -99,6 +98,15 @@ class QuickstartConfig:
         default=40, metadata={"min": 1, "help": "Cap each score class of the rule teacher's training split at N pairs "
                               "(unbalanced, the student learns the majority score 1)."}
     )  # fmt: skip
+    rules_agent_view: bool = field(
+        default=False, metadata={"help": "Label the passages as the agent's environment shows them (cut to 30 "
+                                 "words) and each multi-hop question's sub-questions as questions of their own "
+                                 "(`annotate rules --doc_max_words 30 --sub_questions true`)."}
+    )  # fmt: skip
+    reranker_epochs: float | None = field(
+        default=None,
+        metadata={"help": "SFT epochs of the student (default: the SFT YAML's num_train_epochs)."},
+    )
     reranker_eval_samples: int = field(
         default=80,
         metadata={"min": 1, "help": "Held-out pairs the student generates on (task metrics before/after)."},
@@ -124,6 +132,8 @@ class QuickstartConfig:
                  "warmstart_questions", "grpo_steps", "agent_questions") if getattr(self, k) < 1}  # fmt: skip
         if small:
             raise ConfigError(f"quickstart: these must be >= 1: {small}")
+        if self.reranker_epochs is not None and self.reranker_epochs <= 0:
+            raise ConfigError(f"reranker_epochs: must be > 0, got {self.reranker_epochs}")
         if self.reranker_teacher not in ("rules", "model"):
             raise ConfigError(f"reranker_teacher: '{self.reranker_teacher}' is not one of 'rules', 'model'")
         if self.stop_after and self.stop_after not in STAGE_NAMES:
@@ -174,11 +184,13 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
         return Stage(name, title, tuple(shlex.split(command)), shlex.split(output)[0] if output else "", server,
                      resumable)  # fmt: skip
 
+    view = f"--doc_max_words {DOC_MAX_WORDS} --sub_questions true " if c.rules_agent_view else ""
+    epochs = f"--num_train_epochs {c.reranker_epochs} " if c.reranker_epochs is not None else ""
     if rules:
         export = stage("export-sft", "Rule-teacher labels of the reranker world as the SFT set",
                        f"annotate rules --qa_path {r}/reranker-world/hf/questions --max_questions "
                        f"{c.rules_questions} --validation_fraction 0.25 --max_per_score {c.rules_max_per_score} "
-                       f"--output_dir {r}/sft-data", f"{r}/sft-data")  # fmt: skip
+                       f"{view}--output_dir {r}/sft-data", f"{r}/sft-data")  # fmt: skip
     else:
         export = stage("export-sft", "Export the accepted annotations as an SFT set",
                        f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir "
@@ -201,7 +213,7 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
         stage("reranker-sft", "Distill the verbal reranker student (SFT)",
               f"sft --config {cfg}/sft/verbal_reranker_world_cpu.yaml --dataset {r}/sft-data --eval_dataset '' "
               f"--eval_split validation --model_name_or_path {q(c.student_model)} --task_eval_samples "
-              f"{c.reranker_eval_samples} --output_dir {r}/reranker-sft --resume_from_checkpoint auto",
+              f"{c.reranker_eval_samples} {epochs}--output_dir {r}/reranker-sft --resume_from_checkpoint auto",
               f"{r}/reranker-sft", resumable=True),
         stage("reranker-export", "Export the student as a release folder",
               f"export --run {r}/reranker-sft --out {student}", student),
