@@ -66,8 +66,16 @@ def main(root: Path) -> int:
         ax.plot(rows, [p[f"obs_{key}"] for p in points], "o-", color=color, label=f"student {label}")
         ax.axhline(refs["raw"][key], color=color, ls="--", lw=1, label=f"raw {label}")
         ax.axhline(refs["extractive"][key], color=color, ls=":", lw=1, label=f"extractive {label}")
+    ax.plot(
+        rows,
+        [p["quote_rate"] for p in points],
+        "s--",
+        color="C2",
+        label="student quote rate (held-out pairs)",
+    )
     ax.set(xscale="log", xlabel="training rows (rule labels, 2 epochs)", ylabel="on held-out questions",
-           title="Evidence kept by the student's observations", ylim=(0, 1.02))  # fmt: skip
+           title="Evidence kept in the student's observations", ylim=(0, 1.02))  # fmt: skip
+    ax.minorticks_off()
     ax.set_xticks(rows, [str(r) for r in rows])
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
