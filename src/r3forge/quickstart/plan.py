@@ -213,7 +213,7 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
         stage("reranker-sft", "Distill the verbal reranker student (SFT)",
               f"sft --config {cfg}/sft/verbal_reranker_world_cpu.yaml --dataset {r}/sft-data --eval_dataset '' "
               f"--eval_split validation --model_name_or_path {q(c.student_model)} --task_eval_samples "
-              f"{c.reranker_eval_samples} {epochs}--output_dir {r}/reranker-sft --resume_from_checkpoint auto",
+              f"{c.reranker_eval_samples} --max_eval_samples {c.reranker_eval_samples} {epochs}--output_dir {r}/reranker-sft --resume_from_checkpoint auto",
               f"{r}/reranker-sft", resumable=True),
         stage("reranker-export", "Export the student as a release folder",
               f"export --run {r}/reranker-sft --out {student}", student),
