@@ -57,6 +57,19 @@ def test_other_settings_and_other_kinds_are_refused_naming_the_difference(tmp_pa
     assert read_owner(out)["settings"] == SAMPLING  # a refusal changes nothing
 
 
+def test_free_settings_may_change_and_are_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    claim(out, "sft", {"learning_rate": 1e-4, "max_eval_samples": None})
+    (out / "checkpoint-1").mkdir()
+    later = {"learning_rate": 1e-4, "max_eval_samples": 80}
+    with pytest.raises(RunFolderError, match="max_eval_samples: None there vs 80 here"):
+        claim(out, "sft", later)  # not free: refused
+    assert claim(out, "sft", later, free=("max_eval_samples",)) is None
+    assert read_owner(out)["settings"] == later  # owner.json holds the values of the latest run
+    with pytest.raises(RunFolderError, match=r"learning_rate: 0\.0001 there vs 0\.0003 here"):
+        claim(out, "sft", {"learning_rate": 3e-4, "max_eval_samples": 80}, free=("max_eval_samples",))
+
+
 def test_a_claimed_folder_with_nothing_written_yet_is_free(tmp_path: Path) -> None:
     out = tmp_path / "run"
     claim(out, "eval rag", {"qa_path": "a"})  # e.g. the command then failed on its input,

@@ -160,8 +160,10 @@ def _visible(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
 
 
-def _problem(folder: Path, kind: str, wanted: dict[str, Any], legacy: Iterable[str]) -> str | None:
-    """Why `kind` with `wanted` settings may not use `folder` (None: it may)."""
+def _problem(
+    folder: Path, kind: str, wanted: dict[str, Any], legacy: Iterable[str], free: Iterable[str] = ()
+) -> str | None:
+    """Why `kind` with `wanted` settings may not use `folder` (None: it may); the `free` settings may differ."""
     if not folder.exists():
         return None
     if not folder.is_dir():
@@ -177,7 +179,9 @@ def _problem(folder: Path, kind: str, wanted: dict[str, Any], legacy: Iterable[s
         return None  # claimed, but the run stopped before any output (e.g. on a bad input): free again
     if owner.get("kind") != kind:
         return f"belongs to `{owner.get('kind')}` ({OWNER}), not to `{kind}`"
-    there = _plain(owner["settings"])
+    loose = set(free)
+    there = {k: v for k, v in _plain(owner["settings"]).items() if k not in loose}
+    wanted = {k: v for k, v in wanted.items() if k not in loose}
     if there != wanted:
         return f"belongs to a `{kind}` run with other settings ({differences(there, wanted)})"
     return None
@@ -197,11 +201,12 @@ def check(
     wanted: dict[str, Any],
     legacy: Iterable[str] = (),
     remedy: str = REMEDY,
+    free: Iterable[str] = (),
 ) -> None:
     """Raise `RunFolderError` unless `kind` with `wanted` settings may use `folder` (read-only: dry runs);
-    `remedy` ends the message."""
+    `remedy` ends the message; the `free` settings may differ from the owner's."""
     out = Path(folder)
-    if (problem := _problem(out, kind, _plain(wanted), legacy)) is not None:
+    if (problem := _problem(out, kind, _plain(wanted), legacy, free)) is not None:
         raise RunFolderError(f"{out}: {problem}; {remedy}")
 
 
@@ -245,13 +250,16 @@ def claim(
     legacy: Iterable[str] = (),
     remedy: str = REMEDY,
     write: bool = True,
+    free: Iterable[str] = (),
 ) -> Path | None:
     """Make `folder` a `kind` run with `wanted` settings; return where its old contents went, if moved.
 
     A folder of another kind or other settings is refused (`RunFolderError`) unless `overwrite`, which moves it
     aside; `overwrite` moves a folder of the same run aside too (a fresh start). `legacy`: file patterns this
     kind writes, so that a folder of it without owner.json is adopted. `write=False` leaves writing owner.json
-    to `record_owner` (a command that builds its folder aside and renames it into place).
+    to `record_owner` (a command that builds its folder aside and renames it into place). `free`: settings
+    recorded in owner.json that a later run of the folder may change (e.g. how much held-out data an
+    evaluation reads): they are not compared, and owner.json is rewritten with the new values.
     """
     out = Path(folder)
     if not _main_process():
@@ -263,7 +271,7 @@ def claim(
             aside = move_aside(out)
             print(f"{out}: --overwrite: its contents were moved to {aside}", file=sys.stderr)
     else:
-        check(out, kind, wanted, legacy, remedy)
+        check(out, kind, wanted, legacy, remedy, free)
     if write:
         record_owner(out, kind, wanted)
     return aside

@@ -66,6 +66,9 @@ SPEED_ONLY = (
     "bound_cpu_heap",
     "save_rollouts",
 )
+# script fields that only decide what the held-out evaluation reads: the trained model is the same, so a
+# resume may change them (recorded in owner.json; the metrics rows before the resume used the old values)
+EVAL_ONLY = ("max_eval_samples", "task_eval_samples", "task_eval_batch_size", "task_eval_at_start")
 
 
 def git_commit(path: Path | None = None) -> str | None:
@@ -120,7 +123,8 @@ def claim_run(recipe: str, configs: Sequence[Any], training: Any, overwrite: boo
     or of other settings is refused unless `overwrite`, which moves it aside."""
     trained_by = {k: getattr(training, k) for k in TRAINED_BY if hasattr(training, k)}
     wanted = settings([*configs, trained_by], drop=SPEED_ONLY)
-    claim(training.output_dir, recipe, wanted, overwrite, legacy=("run.json", "config.yaml", "checkpoint-*"))
+    claim(training.output_dir, recipe, wanted, overwrite, legacy=("run.json", "config.yaml", "checkpoint-*"),
+          free=EVAL_ONLY)  # fmt: skip
 
 
 def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora: bool) -> dict[str, Any]:
