@@ -97,20 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
-    results = []
+    results, out = [], args.root / "results.json"
+    earlier = (
+        {r["seed"]: r["seconds"] for r in json.loads(out.read_text())["results"]} if out.exists() else {}
+    )
     for seed in args.seeds:
         (config,) = parse_config(
             (QuickstartConfig,), ["--config", args.config, *overrides, "--seed", str(seed)], prog="bench"
         )
         run = args.root / f"seed{seed}"
-        seconds = run_stages(config, run)
+        seconds = earlier.get(seed, {}) | run_stages(config, run)  # a stage skipped now: its earlier seconds
         row = {"seed": seed, "seconds": seconds} | student_metrics(run)
         if args.eval_run is not None:
             row["observations"] = observations(args.eval_run, run)
         results.append(row)
-        write_json(
-            args.root / "results.json", {"config": args.config, "overrides": overrides, "results": results}
-        )
+        write_json(out, {"config": args.config, "overrides": overrides, "results": results})
     print("| seed | parse | distinct scores | Spearman | NDCG@3 | input order | random | quote rate | quote faithfulness | RA-R | hop recall | target |")  # fmt: skip
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     f = lambda x: "-" if x is None or x != x else f"{x:.3f}"  # noqa: E731
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{f(r['input_order_ndcg@3'])} | {f(r['random_ndcg@3'])} | {f(r['quote_rate'])} | "
               f"{f(r['quote_faithfulness'])} | {f(o.get('ra_r'))} | {f(o.get('hop_recall'))} | "
               f"{'met' if r['target_met'] else 'not met'} |")  # fmt: skip
-    print(f"\nwritten: {args.root / 'results.json'}")
+    print(f"\nwritten: {out}")
     return 0
 
 
