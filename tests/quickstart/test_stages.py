@@ -76,15 +76,15 @@ def test_the_student_learns_from_the_rule_teacher_unless_told_otherwise(tmp_path
     assert rules.max_questions == 30 and rules.qa_path.endswith("reranker-world/hf/questions")
     assert by["reranker-world"][by["reranker-world"].index("--num_questions") + 1] == "30"
     assert "sft/verbal_reranker_world_cpu.yaml" in by["reranker-sft"][2]
-    assert rules.doc_max_words == 0 and not rules.sub_questions
+    assert rules.doc_max_words == 0 and not rules.sub_questions and not rules.cite_all
     assert "--num_train_epochs" not in by["reranker-sft"]
     # rules_agent_view: labelled as the agent will use it: passages cut as GRPO's environment cuts them, each
-    # hop's query too; reranker_epochs reaches the SFT
-    config = QuickstartConfig(rules_agent_view=True, reranker_epochs=2)
+    # hop's query too; rules_cite_all: every comment quotes; reranker_epochs reaches the SFT
+    config = QuickstartConfig(rules_agent_view=True, rules_cite_all=True, reranker_epochs=2)
     view = {s.name: fill(s.argv, URLS) for s in build_stages(config, tmp_path / "v")}
     (rules,) = parse_config((RulesConfig,), view["export-sft"][2:])
     grpo_env = parse_config(GRPO_CONFIGS, view["grpo"][1:])[2]
-    assert rules.doc_max_words == grpo_env.doc_max_words == 30 and rules.sub_questions
+    assert rules.doc_max_words == grpo_env.doc_max_words == 30 and rules.sub_questions and rules.cite_all
     assert view["reranker-sft"][view["reranker-sft"].index("--num_train_epochs") + 1] == "2"
     model = {s.name: s.argv for s in build_stages(QuickstartConfig(reranker_teacher="model"), tmp_path / "r")}
     assert model["export-sft"][:2] == ("annotate", "export-sft")

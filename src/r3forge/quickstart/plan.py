@@ -103,6 +103,11 @@ class QuickstartConfig:
                                  "words) and each multi-hop question's sub-questions as questions of their own "
                                  "(`annotate rules --doc_max_words 30 --sub_questions true`)."}
     )  # fmt: skip
+    rules_cite_all: bool = field(
+        default=False, metadata={"help": "Every rule-teacher comment opens with a quote of the passage, a "
+                                 "distractor's too (`annotate rules --cite_all true`), so the student has no "
+                                 "comment template that drops the evidence."}
+    )  # fmt: skip
     reranker_epochs: float | None = field(
         default=None,
         metadata={"help": "SFT epochs of the student (default: the SFT YAML's num_train_epochs)."},
@@ -185,6 +190,7 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
                      resumable)  # fmt: skip
 
     view = f"--doc_max_words {DOC_MAX_WORDS} --sub_questions true " if c.rules_agent_view else ""
+    view += "--cite_all true " if c.rules_cite_all else ""
     epochs = f"--num_train_epochs {c.reranker_epochs} " if c.reranker_epochs is not None else ""
     if rules:
         export = stage("export-sft", "Rule-teacher labels of the reranker world as the SFT set",
