@@ -87,10 +87,11 @@ class AlwaysSearch:
     """Every branch searches the same query on the first iteration and answers on the second."""
 
     def __init__(self, tokenizer):
-        self.tok, self.calls = tokenizer, []
+        self.tok, self.calls, self.max_new_tokens = tokenizer, [], []
 
     def generate(self, prompts, max_new_tokens):
         self.calls.append(len(prompts))
+        self.max_new_tokens.append(max_new_tokens)
         text = "<search> born in </search>" if len(self.calls) == 1 else "<answer> 1858 </answer>"
         ids = self.tok.encode(text, add_special_tokens=False)
         return [Turn(ids, [0.0] * len(ids), "stop") for _ in prompts]
@@ -107,6 +108,27 @@ def test_relevance_guided_dedups_globally_and_spends_the_budget(world, smollm2_p
                              TTSConfig(samples=4, iterations=3), random.Random(0))  # fmt: skip
     assert final == ["1858"] * 4 and policy.calls == [4, 4]
     assert env.counters.queries == 4 and env.counters.unique_queries == 1  # one retrieval for four branches
+
+
+def test_relevance_guided_keeps_the_completion_budget_of_a_rollout(world, smollm2_path):
+    """With the budget of a majority-vote rollout: a branch whose search turn and observation fill it ends
+    unanswered (as a rollout ends `truncated`), and a turn is never longer than the room left. With every
+    branch ended, the next iteration restarts from the root (the algorithm's empty branch set)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path)
+    env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
+    prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
+    rollout, tts = RolloutConfig(max_obs_tokens=30), TTSConfig(samples=4, iterations=3)
+    wide = relevance_guided(prompt, AlwaysSearch(tok), env, tok, rollout, tts, random.Random(0), 400)
+    assert wide == ["1858"] * 4  # room for search, observation and answer: as without a budget
+    policy, before = AlwaysSearch(tok), env.counters.queries
+    search = len(tok.encode("<search> born in </search>", add_special_tokens=False))
+    final = relevance_guided(prompt, policy, env, tok, rollout, tts, random.Random(0), search + 5)
+    # the observation filled each branch's budget; the second iteration's turns start at the root again
+    assert final == ["1858"] * 4 and policy.calls == [4, 4]
+    assert policy.max_new_tokens == [search + 5, search + 5]
+    assert env.counters.queries - before == 4  # no branch searched past its budget
 
 
 def test_every_tts_arm_reads_a_rollout_as_the_format_parser_does(world, smollm2_path, scripted_policy):

@@ -13,6 +13,8 @@ Three strategies spend the same sample budget N per question and answer by major
   Turns are read as `run_rollouts` reads them, so every arm parses the same way: an invalid turn gets the
   correction message and continues as a branch, and an answer is the format parser's answer over the
   branch's whole completion (`reward.parse_completion`), as the majority-vote arms read a finished rollout.
+Every arm has the same completion budget per sample (`max_completion_tokens`, within the engine's context): a
+majority-vote rollout ends `truncated` at it, and a relevance-guided branch ends there unanswered.
 Reranker calls are counted per strategy: unique (query) reranks and (query, document) pairs judged.
 
     r3forge eval tts --config configs/eval/tts_world_cpu.yaml --model runs/grpo/agent_world_cpu/final
@@ -127,8 +129,12 @@ class Branch:
 
 
 def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenizer: Any, rollout: RolloutConfig,
-                     tts: TTSConfig, rng: random.Random) -> list[str]:  # fmt: skip
-    """Algorithm A1 for one question; returns F (the final answers, at most N)."""
+                     tts: TTSConfig, rng: random.Random, budget: int | None = None) -> list[str]:  # fmt: skip
+    """Algorithm A1 for one question; returns F (the final answers, at most N).
+
+    `budget`: completion tokens of one branch (its turns, observations and corrections), as a majority-vote
+    rollout has (`context_budgets`): a turn is cut where its branch reaches it, and a branch at it ends
+    without an answer, as a rollout ends `truncated`. None: no budget beyond `iterations`."""
     enc = Encoder(tokenizer)
     final: list[str] = []
     branches = [Branch([])]
@@ -138,21 +144,23 @@ def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenize
         branches = branches or [Branch([])]
         counts = shares(tts.samples - len(final), [(b.s, b.l) for b in branches])
         jobs = [b for b, k in zip(branches, counts, strict=True) for _ in range(k)]
-        turns = policy.generate([prompt + b.ids for b in jobs], rollout.max_turn_tokens)
+        room = rollout.max_turn_tokens if budget is None else max(budget - len(b.ids) for b in jobs)
+        turns = policy.generate([prompt + b.ids for b in jobs], min(rollout.max_turn_tokens, room))
         pending: list[tuple[Branch, list[int], str]] = []
         branches = []
         for b, turn in zip(jobs, turns, strict=True):
-            action, arg = turn_action(sampled_text(tokenizer, turn.ids))
+            ids = turn.ids if budget is None else turn.ids[: budget - len(b.ids)]
+            action, arg = turn_action(sampled_text(tokenizer, ids))
             if action == "answer":  # read as the majority-vote arms read a rollout: the whole completion
-                text = sampled_text(tokenizer, b.ids + turn.ids)
+                text = sampled_text(tokenizer, b.ids + ids)
                 if (answer := parse_completion(text).answer) is not None:
                     final.append(answer)
             elif t == tts.iterations - 1:
                 continue  # the last iteration only answers
             elif action == "search":
-                pending.append((b, turn.ids, arg))
+                pending.append((b, ids, arg))
             else:  # an invalid turn is corrected and continues, as in `run_rollouts`
-                branches.append(Branch(b.ids + turn.ids + enc.correction, b.s, b.l))
+                branches.append(Branch(b.ids + ids + enc.correction, b.s, b.l))
         if pending:
             observations = env.observe([q for _, _, q in pending])  # one batched, de-duplicated call
             best = {o.query: (o.scores[0] if o.scores else 0.0, o.tiebreak[0] if o.tiebreak else math.nan)
@@ -164,6 +172,8 @@ def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenize
                     branches.append(
                         Branch(b.ids + ids + enc.observation(obs.text, rollout.max_obs_tokens), s_q, l_q)
                     )
+        if budget is not None:  # a branch with no token left to act ends here, unanswered
+            branches = [b for b in branches if len(b.ids) < budget]
     return final[: tts.samples]
 
 
@@ -190,12 +200,11 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
             scored = []
             for row in rows:
                 prompt = encode_prompt(tokenizer, row["prompt"])
+                (budget,) = context_budgets([prompt], config.max_completion_tokens, engine_context(policy))
                 if strategy == "relevance":
-                    answers = relevance_guided(prompt, policy, env, tokenizer, rollout, tts, rng)
+                    answers = relevance_guided(prompt, policy, env, tokenizer, rollout, tts, rng, budget)
                 else:
-                    prompts = [prompt] * tts.samples
-                    budgets = context_budgets(prompts, config.max_completion_tokens, engine_context(policy))
-                    rs = run_rollouts(prompts, policy, env, tokenizer, rollout, budgets)
+                    rs = run_rollouts([prompt] * tts.samples, policy, env, tokenizer, rollout, budget)
                     texts = [sampled_text(tokenizer, r.completion_ids) for r in rs]
                     answers = [a for a in (parse_completion(x).answer for x in texts) if a is not None]
                 vote = majority(answers)
