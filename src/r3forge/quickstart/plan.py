@@ -189,14 +189,14 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
         return Stage(name, title, tuple(shlex.split(command)), shlex.split(output)[0] if output else "", server,
                      resumable)  # fmt: skip
 
-    view = f"--doc_max_words {DOC_MAX_WORDS} --sub_questions true " if c.rules_agent_view else ""
-    view += "--cite_all true " if c.rules_cite_all else ""
+    rule_flags = f"--doc_max_words {DOC_MAX_WORDS} --sub_questions true " if c.rules_agent_view else ""
+    rule_flags += "--cite_all true " if c.rules_cite_all else ""
     epochs = f"--num_train_epochs {c.reranker_epochs} " if c.reranker_epochs is not None else ""
     if rules:
         export = stage("export-sft", "Rule-teacher labels of the reranker world as the SFT set",
                        f"annotate rules --qa_path {r}/reranker-world/hf/questions --max_questions "
                        f"{c.rules_questions} --validation_fraction 0.25 --max_per_score {c.rules_max_per_score} "
-                       f"{view}--output_dir {r}/sft-data", f"{r}/sft-data")  # fmt: skip
+                       f"{rule_flags}--output_dir {r}/sft-data", f"{r}/sft-data")  # fmt: skip
     else:
         export = stage("export-sft", "Export the accepted annotations as an SFT set",
                        f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir "
