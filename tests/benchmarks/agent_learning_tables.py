@@ -1,6 +1,10 @@
 """The tables and plots of tests/benchmarks/bench_agent_grpo_seeds.sh, from its run folder.
 
-    .venv/bin/python tests/benchmarks/agent_learning_tables.py runs/bench_agent_seeds
+    .venv/bin/python tests/benchmarks/agent_learning_tables.py tests/benchmarks/results/agent_seeds
+
+It reads the bench's ledger (agent_ledger.py: finished runs, committed) or a run folder of the bench: the same
+layout, except that a ledger's runs each carry the evaluation of their own warm start (eval_0) and its rows are
+gzipped.
 
 Per arm (raw passages / the extractive stand-in / the distilled student), over its training seeds:
 1. held-out EM of the warm start and of every checkpoint (mean over the seeds, min-max in brackets);
@@ -17,6 +21,7 @@ Only (arm, seed) runs with every checkpoint evaluated count; the others are list
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import statistics
@@ -33,7 +38,9 @@ COMPARE = (("student", "raw"), ("extractive", "raw"), ("student", "extractive"))
 
 
 def load_rows(d: Path) -> dict[str, dict]:
-    return {r["id"]: r for r in map(json.loads, (d / "rows.jsonl").read_text().splitlines())}
+    f = d / "rows.jsonl"
+    text = f.read_text() if f.is_file() else gzip.decompress((d / "rows.jsonl.gz").read_bytes()).decode()
+    return {r["id"]: r for r in map(json.loads, text.splitlines())}
 
 
 def summary(d: Path) -> dict:
@@ -51,6 +58,7 @@ def runs(r: Path, arm: str) -> tuple[dict[int, Path], list[int], list[str]]:
         evals = sorted(
             int(e.name.removeprefix("eval_")) for e in d.glob("eval_*") if (e / "summary.json").is_file()
         )
+        evals = [s for s in evals if s > 0]  # eval_0: a ledger run's own warm start
         if not metrics.is_file() or not evals or evals[-1] != json.loads(metrics.read_text())["logged_steps"]:
             unfinished.append(d.name)
             continue
@@ -69,15 +77,23 @@ def table_em(arms: dict, out: dict) -> None:
             ems = [summary(d / f"eval_{s}")["em"] for d in a["runs"].values()] if s in a["steps"] else []
             cells.append(f"{statistics.mean(ems):.3f} ({min(ems):.3f}-{max(ems):.3f})" if ems else "")
             out.setdefault("em_by_step", {}).setdefault(arm, {})[s] = ems
-        print(f"| {arm} | {len(a['runs'])} | {a['before']['em']:.3f} | " + " | ".join(cells) + " |")
-        out["em_by_step"][arm][0] = [a["before"]["em"]]
+        before = [b["em"] for b in a["before"].values()]
+        print(f"| {arm} | {len(a['runs'])} | {spread(before)} | " + " | ".join(cells) + " |")
+        out["em_by_step"][arm][0] = before
+
+
+def spread(xs: list[float]) -> str:
+    """'0.330' for equal values (one warm start for every seed), else 'mean (min-max)'."""
+    if min(xs) == max(xs):
+        return f"{xs[0]:.3f}"
+    return f"{statistics.mean(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})"
 
 
 def em_table(a: dict, step: int) -> list[list[float]]:
     """[seeds][questions] EM at `step` (0: the warm start, repeated per seed), in a fixed question order."""
     ids = a["ids"]
     if step == 0:
-        return [[float(a["before_rows"][i]["em"]) for i in ids]] * len(a["runs"])
+        return [[float(a["before_rows"][seed][i]["em"]) for i in ids] for seed in a["runs"]]
     return [[float(load_rows(d / f"eval_{step}")[i]["em"]) for i in ids] for d in a["runs"].values()]
 
 
@@ -102,13 +118,19 @@ def table_final(arms: dict, out: dict) -> None:
             final.append(statistics.mean(x["reward"] for x in logged[-8:]))
         row = mean | {"seeds": sorted(a["runs"]), "steps": last, "gain": gain, "tied_groups": statistics.mean(tied),
                       "reward_first8": statistics.mean(first), "reward_last8": statistics.mean(final),
-                      "warm_start": {k: a["before"][k] for k in ("em", "f1", "ra_r", "cue_r")}}  # fmt: skip
+                      "warm_start": {k: mean_of(a["before"], k) for k in ("em", "f1", "ra_r", "cue_r")}}  # fmt: skip
         out.setdefault("final", {})[arm] = row
         print(f"| {arm} | {len(a['runs'])} | {last} | {mean['em']:.3f} | {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] | "
               f"{mean['f1']:.3f} | {mean['searches_per_question']:.2f} | {mean['ra_r']:.3f} | {mean['cue_r']:.3f} | "
               f"{row['tied_groups']:.3f} | {row['reward_first8']:.3f} -> {row['reward_last8']:.3f} |")  # fmt: skip
-        print(f"| {arm} warm start | | 0 | {a['before']['em']:.3f} | | {a['before']['f1']:.3f} | "
-              f"{a['before']['searches_per_question']:.2f} | {a['before']['ra_r']:.3f} | {a['before']['cue_r']:.3f} | | |")  # fmt: skip
+        w = {k: mean_of(a["before"], k) for k in ("em", "f1", "searches_per_question", "ra_r", "cue_r")}
+        print(f"| {arm} warm start | | 0 | {w['em']:.3f} | | {w['f1']:.3f} | {w['searches_per_question']:.2f} | "
+              f"{w['ra_r']:.3f} | {w['cue_r']:.3f} | | |")  # fmt: skip
+
+
+def mean_of(summaries: dict[int, dict], key: str) -> float:
+    """The mean of `key` over the seeds' warm-start summaries (one warm start: its value)."""
+    return statistics.mean(x[key] for x in summaries.values())
 
 
 def table_compare(arms: dict, out: dict) -> None:
@@ -125,7 +147,7 @@ def table_compare(arms: dict, out: dict) -> None:
             continue
         ax, ay = (arms[a] | {"runs": {s: arms[a]["runs"][s] for s in seeds}} for a in (x, y))
         diff = seeds_bootstrap(em_table(ay, last), em_table(ax, last))
-        base = seeds_bootstrap(em_table(ay, 0)[:1], em_table(ax, 0)[:1])
+        base = seeds_bootstrap(em_table(ay, 0), em_table(ax, 0))
         out.setdefault("compare", {})[f"{x} - {y}"] = {
             "seeds": seeds,
             "steps": last,
@@ -141,8 +163,8 @@ def plots(r: Path, arms: dict) -> None:
     for arm, a in arms.items():
         xs = [0, *a["steps"]]
         per_seed = [
-            [a["before"]["em"]] + [summary(d / f"eval_{s}")["em"] for s in a["steps"]]
-            for d in a["runs"].values()
+            [a["before"][seed]["em"]] + [summary(d / f"eval_{s}")["em"] for s in a["steps"]]
+            for seed, d in a["runs"].items()
         ]
         mean = [statistics.mean(col) for col in zip(*per_seed, strict=True)]
         line = ax.plot(xs, mean, marker="o", label=f"{arm} (mean of {len(per_seed)} seeds)")[0]
@@ -181,15 +203,19 @@ def finish(fig: plt.Figure, ax: plt.Axes, labels: tuple[str, str], path: Path) -
 def main(r: Path) -> int:
     arms, out = {}, {"run_dir": str(r)}
     for arm in ARMS:
-        if not (r / f"{arm}_eval_0" / "summary.json").is_file():
-            continue
         found, steps, unfinished = runs(r, arm)
         if unfinished:
             print(f"{arm}: unfinished (not counted): {', '.join(unfinished)}")
+        # each run's own warm start (a ledger's eval_0), else the run folder's one warm start of the arm
+        starts = {
+            seed: d / "eval_0" if (d / "eval_0").is_dir() else r / f"{arm}_eval_0"
+            for seed, d in found.items()
+        }
+        found = {seed: d for seed, d in found.items() if (starts[seed] / "summary.json").is_file()}
         if found:
-            before_rows = load_rows(r / f"{arm}_eval_0")
-            arms[arm] = {"runs": found, "steps": steps, "before": summary(r / f"{arm}_eval_0"),
-                         "before_rows": before_rows, "ids": sorted(before_rows)}  # fmt: skip
+            before_rows = {seed: load_rows(starts[seed]) for seed in found}
+            arms[arm] = {"runs": found, "steps": steps, "before": {seed: summary(starts[seed]) for seed in found},
+                         "before_rows": before_rows, "ids": sorted(next(iter(before_rows.values())))}  # fmt: skip
     if not arms:
         print(f"{r}: no finished (arm, seed) run yet")
         return 1

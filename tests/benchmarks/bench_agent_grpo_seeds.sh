@@ -20,7 +20,11 @@
 # 64; the learning rate decays linearly to 0 at the last step), a checkpoint every EVERY steps (default 16),
 # each evaluated greedy on every held-out question (`eval agent`, configs/eval/agent_world_cpu.yaml). After a
 # run's evaluations its checkpoints keep only their weights (the optimizer state, 1 GiB each, is deleted).
-# The tables, intervals and plots: tests/benchmarks/agent_learning_tables.py RUN_DIR (run at the end).
+# Each finished run's result files are copied to LEDGER (default tests/benchmarks/results/agent_seeds, committed:
+# a run folder does not outlive the lent machine; tests/benchmarks/agent_ledger.py), and a run already in
+# LEDGER is skipped, so the nine runs can be spread over sessions on fresh machines. The warm-start SFT is pinned
+# to fp32 (--bf16 false; GRPO's YAML already is), so every machine trains in the same precision.
+# The tables, intervals and plots: tests/benchmarks/agent_learning_tables.py LEDGER (run at the end).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=.venv/bin/r3forge
@@ -30,6 +34,7 @@ ARMS=${ARMS:-raw extractive student}
 SEEDS=${SEEDS:-0 1 2}
 STEPS=${STEPS:-64}
 EVERY=${EVERY:-16}
+LEDGER=${LEDGER:-tests/benchmarks/results/agent_seeds}
 for f in world/questions.jsonl index/index.json; do
   [ -e "$QS/$f" ] || { echo "bench_agent_grpo_seeds: $QS/$f is missing: run the quickstart first" >&2; exit 2; }
 done
@@ -52,12 +57,13 @@ for o in $ARMS; do obs "$o" >/dev/null; done  # every arm's settings checked bef
 
 for seed in $SEEDS; do
   for o in $ARMS; do
+    [ -f "$LEDGER/${o}_s$seed/eval_$STEPS/summary.json" ] && { step "$o-seed$seed: in $LEDGER already"; continue; }
     OBS=$(obs "$o")
     WS="$R/ws_${o}_sft/final"
     EV="--config configs/eval/agent_world_cpu.yaml --dataset $Q $ENV $OBS --max_questions 200"
     # shellcheck disable=SC2086  # the flag strings split on purpose
     [ -f "$R/ws_$o.jsonl" ] || { step "ws-$o-data"; $B data agent-warmstart --dataset "$Q" $ENV $OBS --max_questions 96 --output "$R/ws_$o.jsonl"; }
-    [ -d "$WS" ] || { step "ws-$o-sft"; $B sft --config configs/sft/agent_warmstart_cpu.yaml --dataset "$R/ws_$o.jsonl" --model_name_or_path smollm2-135m-instruct --output_dir "$R/ws_${o}_sft" --resume_from_checkpoint auto; }
+    [ -d "$WS" ] || { step "ws-$o-sft"; $B sft --config configs/sft/agent_warmstart_cpu.yaml --bf16 false --dataset "$R/ws_$o.jsonl" --model_name_or_path smollm2-135m-instruct --output_dir "$R/ws_${o}_sft" --resume_from_checkpoint auto; }
     # shellcheck disable=SC2086
     [ -f "$R/${o}_eval_0/summary.json" ] || { step "eval-$o-warmstart"; $B eval agent $EV --model "$WS" --output_dir "$R/${o}_eval_0"; }
     D="$R/${o}_s$seed"
@@ -69,8 +75,9 @@ for seed in $SEEDS; do
       # shellcheck disable=SC2086
       [ -f "$D/eval_$s/summary.json" ] || { step "eval-$o-seed$seed-$s"; $B eval agent $EV --model "$M" --output_dir "$D/eval_$s"; }
     done
+    .venv/bin/python tests/benchmarks/agent_ledger.py "$R" "$o" "$seed" "$LEDGER" "$Q"
     rm -rf "$D/grpo/checkpoint-$STEPS"  # the same weights as final/
     rm -f "$D"/grpo/checkpoint-*/{optimizer.pt,scheduler.pt,rng_state.pth}
   done
 done
-.venv/bin/python tests/benchmarks/agent_learning_tables.py "$R"
+.venv/bin/python tests/benchmarks/agent_learning_tables.py "$LEDGER"
