@@ -11,6 +11,7 @@
 #    agent sends, `--sub_questions true`), each score class of the training split capped at PER_SCORE rows
 #    (default 200: 1,000 rows), a tenth of the questions held out. CITE_ALL=true: every comment opens with a quote.
 # 3. SFT of the embedded SmolLM2-135M (configs/sft/verbal_reranker_world_cpu.yaml) for EPOCHS epochs (default 2),
+#    in fp32 on every machine (BF16=auto: bf16 where the CPU has bf16 units, so students from different CPUs differ),
 #    the task metrics (parse rate, Spearman, NDCG@k, quote rate and faithfulness) on 200 held-out pairs after each
 #    epoch (`reranker-sft`'s metrics.jsonl, task_eval/), then a release folder.
 # 4. tests/benchmarks/bench_observation_evidence.py: raw, the extractive stand-in, this student and the
@@ -25,13 +26,14 @@ R=${2:-runs/student_evidence}
 PER_SCORE=${PER_SCORE:-200}
 EPOCHS=${EPOCHS:-2}
 CITE_ALL=${CITE_ALL:-false}
+BF16=${BF16:-false}
 QS_ARM=()
 [ "${QUICKSTART_ARM:-true}" = false ] || QS_ARM=(--student "quickstart=$QS/reranker")
 step() { echo "== $(date +%T) $1" >&2; }
 mkdir -p "$R"
 [ -d "$R/world/hf" ] || { step world; $B data synth-world --seed 7 --num_passages 2000 --num_questions 400 --output_dir "$R/world"; }
 [ -f "$R/rules/labels.json" ] || { step rules; $B annotate rules --qa_path "$R/world/hf/questions" --validation_fraction 0.1 --max_per_score "$PER_SCORE" --doc_max_words 30 --sub_questions true --cite_all "$CITE_ALL" --output_dir "$R/rules"; }
-[ -f "$R/sft/final_metrics.json" ] || { step sft; $B sft --config configs/sft/verbal_reranker_world_cpu.yaml --dataset "$R/rules" --eval_dataset '' --eval_split validation --num_train_epochs "$EPOCHS" --task_eval_samples 200 --max_eval_samples 200 --task_eval_at_start false --eval_strategy epoch --save_total_limit "$EPOCHS" --report_to none --output_dir "$R/sft" --resume_from_checkpoint auto; }
+[ -f "$R/sft/final_metrics.json" ] || { step sft; $B sft --config configs/sft/verbal_reranker_world_cpu.yaml --dataset "$R/rules" --eval_dataset '' --eval_split validation --num_train_epochs "$EPOCHS" --bf16 "$BF16" --task_eval_samples 200 --max_eval_samples 200 --task_eval_at_start false --eval_strategy epoch --save_total_limit "$EPOCHS" --report_to none --output_dir "$R/sft" --resume_from_checkpoint auto; }
 [ -f "$R/release/config.json" ] || { step export; $B export --run "$R/sft" --out "$R/release"; }
 [ -f "$R/observations.json" ] || { step observations; .venv/bin/python tests/benchmarks/bench_observation_evidence.py --run "$QS" --student "evidence=$R/release" "${QS_ARM[@]}" --out "$R/observations.json"; }
 .venv/bin/python - "$R" <<'EOF'
