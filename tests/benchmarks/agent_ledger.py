@@ -11,7 +11,7 @@ finished run's result files into LEDGER (committed; tests/benchmarks/results/age
     eval_<step>/  every checkpoint's evaluation (the same two files; rows carry the completions)
     grpo/         metrics.jsonl (one line per logged step) and final_metrics.json
     run.json      where it ran: the CPU model and its vector / bf16 flags, the thread count, torch and
-                  transformers versions, the commit, the date, and the sha256 of the warm-start data and
+                  transformers versions, the commit (and whether the tree had changes), the date, and the sha256 of the warm-start data and
                   of the questions (the student arm: the student's folder and weights' sha256), so runs
                   from different machines can be told apart
 
@@ -64,6 +64,11 @@ def machine(questions: Path, warmstart_data: Path) -> dict:
         "torch": torch.__version__,
         "transformers": version("transformers"),
         "commit": commit.stdout.strip() or None,
+        "uncommitted_changes": bool(
+            subprocess.run(
+                ["git", "status", "--porcelain"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+        ),
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "questions_sha256": sha256(questions),
         "warmstart_data_sha256": sha256(warmstart_data),
