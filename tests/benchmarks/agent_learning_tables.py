@@ -90,7 +90,7 @@ def spread(xs: list[float]) -> str:
 
 
 def em_table(a: dict, step: int) -> list[list[float]]:
-    """[seeds][questions] EM at `step` (0: the warm start, repeated per seed), in a fixed question order."""
+    """[seeds][questions] EM at `step` (0: each seed's warm start), in a fixed question order."""
     ids = a["ids"]
     if step == 0:
         return [[float(a["before_rows"][seed][i]["em"]) for i in ids] for seed in a["runs"]]

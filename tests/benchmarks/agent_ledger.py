@@ -9,11 +9,12 @@ finished run's result files into LEDGER (committed; tests/benchmarks/results/age
 
     eval_0/       the evaluation of the warm start this run started from (summary.json, rows.jsonl.gz)
     eval_<step>/  every checkpoint's evaluation (the same two files; rows carry the completions)
-    grpo/         metrics.jsonl (one line per logged step) and final_metrics.json
-    run.json      where it ran: the CPU model and its vector / bf16 flags, the thread count, torch and
-                  transformers versions, the commit (and whether the tree had changes), the date, and the sha256 of the warm-start data and
-                  of the questions (the student arm: the student's folder and weights' sha256), so runs
-                  from different machines can be told apart
+    grpo/         metrics.jsonl (one line per logged step), final_metrics.json and the recipe's own run.json
+                  (the commit, torch / transformers / trl versions, the precision, start and end)
+    run.json      what that one lacks: the CPU's vector / bf16 flags and the thread count, whether the tree had
+                  uncommitted changes when the run was recorded, the sha256 of the questions and of the
+                  warm-start data (the student arm: the student's folder and weights' sha256), so runs from
+                  different machines can be told apart
 
 A warm start is rebuilt on each machine that needs one (its SFT is pinned to fp32 by the bench); its own
 evaluation goes with every run that started from it, so a gain is always measured from the run's own start.
@@ -22,26 +23,25 @@ evaluation goes with every run that started from it, so a gain is always measure
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 import torch
 
 from r3forge.data.jsonio import write_json
+from r3forge.models.embedded import sha256_file
 from r3forge.precision import cpu_flags, cpu_model
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "bf16", "asimd", "sve")
 
 
 def sha256(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return sha256_file(path) if path.is_file() else None
 
 
 def copy_eval(src: Path, dst: Path) -> None:
@@ -56,14 +56,10 @@ def copy_eval(src: Path, dst: Path) -> None:
 
 
 def machine(questions: Path, warmstart_data: Path) -> dict:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return {
         "cpu": cpu_model(),
         "cpu_flags": sorted(cpu_flags() & set(FLAGS)),
         "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "transformers": version("transformers"),
-        "commit": commit.stdout.strip() or None,
         "uncommitted_changes": bool(
             subprocess.run(
                 ["git", "status", "--porcelain"], capture_output=True, text=True, check=False
@@ -90,7 +86,7 @@ def record(run_dir: Path, arm: str, seed: int, ledger: Path, questions: Path) ->
     for s in steps:
         copy_eval(src / f"eval_{s}", tmp / f"eval_{s}")
     (tmp / "grpo").mkdir()
-    for name in ("metrics.jsonl", "final_metrics.json"):
+    for name in ("metrics.jsonl", "final_metrics.json", "run.json"):
         shutil.copyfile(src / "grpo" / name, tmp / "grpo" / name)
     about = {"arm": arm, "seed": seed, "steps": steps} | machine(questions, run_dir / f"ws_{arm}.jsonl")
     if arm == "student":  # which student: a release folder is rebuilt per machine, so its weights' hash
