@@ -12,9 +12,9 @@ finished run's result files into LEDGER (committed; tests/benchmarks/results/age
     grpo/         metrics.jsonl (one line per logged step), final_metrics.json and the recipe's own run.json
                   (the commit, torch / transformers / trl versions, the precision, start and end)
     run.json      what that one lacks: the CPU's vector / bf16 flags and the thread count, whether the tree had
-                  uncommitted changes when the run was recorded, the sha256 of the questions and of the
-                  warm-start data (the student arm: the student's folder and weights' sha256), so runs from
-                  different machines can be told apart
+                  uncommitted changes outside the ledger when the run was recorded, the sha256 of the questions
+                  and of the warm-start data (the student arm: the student's folder and weights' sha256), so runs
+                  from different machines can be told apart
 
 A warm start is rebuilt on each machine that needs one (its SFT is pinned to fp32 by the bench); its own
 evaluation goes with every run that started from it, so a gain is always measured from the run's own start.
@@ -55,14 +55,17 @@ def copy_eval(src: Path, dst: Path) -> None:
         out.write((src / "rows.jsonl").read_bytes())
 
 
-def machine(questions: Path, warmstart_data: Path) -> dict:
+def machine(questions: Path, warmstart_data: Path, ledger: Path) -> dict:
     return {
         "cpu": cpu_model(),
         "cpu_flags": sorted(cpu_flags() & set(FLAGS)),
         "torch_threads": torch.get_num_threads(),
         "uncommitted_changes": bool(
-            subprocess.run(
-                ["git", "status", "--porcelain"], capture_output=True, text=True, check=False
+            subprocess.run(  # the ledger itself left out: the record being written is not a change to the code
+                ["git", "status", "--porcelain", "--", ".", f":(exclude){ledger.resolve()}"],
+                capture_output=True,
+                text=True,
+                check=False,
             ).stdout.strip()
         ),
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -88,7 +91,9 @@ def record(run_dir: Path, arm: str, seed: int, ledger: Path, questions: Path) ->
     (tmp / "grpo").mkdir()
     for name in ("metrics.jsonl", "final_metrics.json", "run.json"):
         shutil.copyfile(src / "grpo" / name, tmp / "grpo" / name)
-    about = {"arm": arm, "seed": seed, "steps": steps} | machine(questions, run_dir / f"ws_{arm}.jsonl")
+    about = {"arm": arm, "seed": seed, "steps": steps} | machine(
+        questions, run_dir / f"ws_{arm}.jsonl", ledger
+    )
     if arm == "student":  # which student: a release folder is rebuilt per machine, so its weights' hash
         student = Path(os.environ.get("STUDENT", ""))
         about |= {"student": str(student), "student_weights_sha256": sha256(student / "model.safetensors")}
