@@ -12,7 +12,8 @@ Per arm (raw passages / the extractive stand-in / the distilled student), over i
    questions (`metrics/stats.py: seeds_bootstrap`), F1, searches per question, RA-R, CUE-R, the share of
    tied GRPO groups (every rollout of a question's group got the same reward: no gradient; TRL's
    `frac_reward_zero_std`, mean over the steps and seeds) and the training reward of the first and last 8 steps;
-3. the differences between arms at the last step (student - raw, extractive - raw, student - extractive), the
+3. per seed: its gain over its own warm start (interval over the questions), tied groups and reward;
+4. the differences between arms at the last step (student - raw, extractive - raw, student - extractive), the
    same interval; seed i of one arm is set against seed i of the other.
 Plots: RUN_DIR/em_vs_steps.png (mean EM per checkpoint, each seed thin) and RUN_DIR/reward_curves.png (the
 training reward, 8-step moving mean, averaged over seeds). Everything printed also goes to RUN_DIR/tables.json.
@@ -128,6 +129,30 @@ def table_final(arms: dict, out: dict) -> None:
               f"{w['ra_r']:.3f} | {w['cue_r']:.3f} | | |")  # fmt: skip
 
 
+def table_seeds(arms: dict, out: dict) -> None:
+    print("\n### Per seed: the gain over its own warm start at the last step (95% CI over questions)\n")
+    print("| arm | seed | EM - warm start [95% CI] | tied groups | reward first 8 -> last 8 |")
+    print("|---|---:|---|---:|---|")
+    for arm, a in arms.items():
+        last = a["steps"][-1]
+        for seed, before, after in zip(a["runs"], em_table(a, 0), em_table(a, last), strict=True):
+            gain = seeds_bootstrap([before], [after])  # one seed: resamples the questions only
+            logged = [
+                x
+                for x in map(
+                    json.loads, (a["runs"][seed] / "grpo" / "metrics.jsonl").read_text().splitlines()
+                )
+                if "reward" in x
+            ]
+            tied = statistics.mean(x["frac_reward_zero_std"] for x in logged if "frac_reward_zero_std" in x)
+            first, final = (statistics.mean(x["reward"] for x in part) for part in (logged[:8], logged[-8:]))
+            out.setdefault("per_seed", {}).setdefault(arm, {})[seed] = {
+                "gain": gain, "tied_groups": tied, "reward_first8": first, "reward_last8": final
+            }  # fmt: skip
+            print(f"| {arm} | {seed} | {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] | {tied:.3f} | "
+                  f"{first:.3f} -> {final:.3f} |")  # fmt: skip
+
+
 def mean_of(summaries: dict[int, dict], key: str) -> float:
     """The mean of `key` over the seeds' warm-start summaries (one warm start: its value)."""
     return statistics.mean(x[key] for x in summaries.values())
@@ -224,6 +249,7 @@ def main(r: Path) -> int:
         print(f"student: {out['student']}")
     table_em(arms, out)
     table_final(arms, out)
+    table_seeds(arms, out)
     table_compare(arms, out)
     plots(r, arms)
     write_json(r / "tables.json", out)
