@@ -48,6 +48,12 @@ def summary(d: Path) -> dict:
     return json.loads((d / "summary.json").read_text())
 
 
+def logged_steps(d: Path) -> list[dict]:
+    """The run's logged GRPO steps: the metrics.jsonl lines with a reward (the final summary line has none)."""
+    lines = (d / "grpo" / "metrics.jsonl").read_text().splitlines()
+    return [x for x in map(json.loads, lines) if "reward" in x]
+
+
 def runs(r: Path, arm: str) -> tuple[dict[int, Path], list[int], list[str]]:
     """{seed: run folder} of the arm's finished runs (every checkpoint evaluated), their steps, unfinished."""
     found, unfinished, steps = {}, [], []
@@ -109,11 +115,7 @@ def table_final(arms: dict, out: dict) -> None:
         mean = {k: statistics.mean(s[k] for s in sums if s[k] is not None) for k in ("em", "f1", "searches_per_question", "ra_r", "cue_r")}  # fmt: skip
         tied, first, final = [], [], []
         for d in a["runs"].values():
-            logged = [
-                x
-                for x in map(json.loads, (d / "grpo" / "metrics.jsonl").read_text().splitlines())
-                if "reward" in x
-            ]
+            logged = logged_steps(d)
             tied += [x["frac_reward_zero_std"] for x in logged if "frac_reward_zero_std" in x]
             first.append(statistics.mean(x["reward"] for x in logged[:8]))
             final.append(statistics.mean(x["reward"] for x in logged[-8:]))
@@ -137,13 +139,7 @@ def table_seeds(arms: dict, out: dict) -> None:
         last = a["steps"][-1]
         for seed, before, after in zip(a["runs"], em_table(a, 0), em_table(a, last), strict=True):
             gain = seeds_bootstrap([before], [after])  # one seed: resamples the questions only
-            logged = [
-                x
-                for x in map(
-                    json.loads, (a["runs"][seed] / "grpo" / "metrics.jsonl").read_text().splitlines()
-                )
-                if "reward" in x
-            ]
+            logged = logged_steps(a["runs"][seed])
             tied = statistics.mean(x["frac_reward_zero_std"] for x in logged if "frac_reward_zero_std" in x)
             first, final = (statistics.mean(x["reward"] for x in part) for part in (logged[:8], logged[-8:]))
             out.setdefault("per_seed", {}).setdefault(arm, {})[seed] = {
@@ -200,11 +196,7 @@ def plots(r: Path, arms: dict) -> None:
     for arm, a in arms.items():
         curves = []
         for d in a["runs"].values():
-            logged = [
-                x["reward"]
-                for x in map(json.loads, (d / "grpo" / "metrics.jsonl").read_text().splitlines())
-                if "reward" in x
-            ]
+            logged = [x["reward"] for x in logged_steps(d)]
             curves.append([statistics.mean(logged[max(0, i - 7) : i + 1]) for i in range(len(logged))])
         n = min(map(len, curves))
         ax.plot(
