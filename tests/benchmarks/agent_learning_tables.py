@@ -54,6 +54,13 @@ def logged_steps(d: Path) -> list[dict]:
     return [x for x in map(json.loads, lines) if "reward" in x]
 
 
+def training(d: Path) -> tuple[list[float], float, float]:
+    """A run's training: the share of tied groups at each logged step, the mean reward of the first and last 8."""
+    logged = logged_steps(d)
+    tied = [x["frac_reward_zero_std"] for x in logged if "frac_reward_zero_std" in x]
+    return tied, *(statistics.mean(x["reward"] for x in part) for part in (logged[:8], logged[-8:]))
+
+
 def runs(r: Path, arm: str) -> tuple[dict[int, Path], list[int], list[str]]:
     """{seed: run folder} of the arm's finished runs (every checkpoint evaluated), their steps, unfinished."""
     found, unfinished, steps = {}, [], []
@@ -115,10 +122,10 @@ def table_final(arms: dict, out: dict) -> None:
         mean = {k: statistics.mean(s[k] for s in sums if s[k] is not None) for k in ("em", "f1", "searches_per_question", "ra_r", "cue_r")}  # fmt: skip
         tied, first, final = [], [], []
         for d in a["runs"].values():
-            logged = logged_steps(d)
-            tied += [x["frac_reward_zero_std"] for x in logged if "frac_reward_zero_std" in x]
-            first.append(statistics.mean(x["reward"] for x in logged[:8]))
-            final.append(statistics.mean(x["reward"] for x in logged[-8:]))
+            ties, start, end = training(d)
+            tied += ties
+            first.append(start)
+            final.append(end)
         row = mean | {"seeds": sorted(a["runs"]), "steps": last, "gain": gain, "tied_groups": statistics.mean(tied),
                       "reward_first8": statistics.mean(first), "reward_last8": statistics.mean(final),
                       "warm_start": {k: mean_of(a["before"], k) for k in ("em", "f1", "ra_r", "cue_r")}}  # fmt: skip
@@ -139,9 +146,8 @@ def table_seeds(arms: dict, out: dict) -> None:
         last = a["steps"][-1]
         for seed, before, after in zip(a["runs"], em_table(a, 0), em_table(a, last), strict=True):
             gain = seeds_bootstrap([before], [after])  # one seed: resamples the questions only
-            logged = logged_steps(a["runs"][seed])
-            tied = statistics.mean(x["frac_reward_zero_std"] for x in logged if "frac_reward_zero_std" in x)
-            first, final = (statistics.mean(x["reward"] for x in part) for part in (logged[:8], logged[-8:]))
+            ties, first, final = training(a["runs"][seed])
+            tied = statistics.mean(ties)
             out.setdefault("per_seed", {}).setdefault(arm, {})[seed] = {
                 "gain": gain, "tied_groups": tied, "reward_first8": first, "reward_last8": final
             }  # fmt: skip
