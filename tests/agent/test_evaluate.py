@@ -13,7 +13,15 @@ from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
 from r3forge.agent.evaluate import main as eval_main
 from r3forge.agent.reward import parse_completion
 from r3forge.agent.rollout import RolloutConfig, Turn, encode_prompt, run_rollouts
-from r3forge.agent.tts import TTSConfig, keep_probability, majority, relevance_guided, shares, write_results
+from r3forge.agent.tts import (
+    TTSConfig,
+    keep_probability,
+    majority,
+    relevance_guided,
+    relevance_guided_batch,
+    shares,
+    write_results,
+)
 from r3forge.agent.tts import main as tts_main
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
@@ -129,6 +137,31 @@ def test_relevance_guided_keeps_the_completion_budget_of_a_rollout(world, smollm
     assert final == ["1858"] * 4 and policy.calls == [4, 4]
     assert policy.max_new_tokens == [search + 5, search + 5]
     assert env.counters.queries - before == 4  # no branch searched past its budget
+
+
+def test_questions_batched_together_stay_apart(world, smollm2_path):
+    """`eval tts` generates several questions' samples together. Relevance-guided: one generate per iteration
+    for both questions, but each question's searches are its own environment call (the same query is
+    retrieved once per question, not once for both) and each keeps its own budget and answers, as when run
+    alone. Majority vote: `run_rollouts` with a group per question de-duplicates within a group only."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path)
+    env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
+    prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
+    rollout, tts = RolloutConfig(max_obs_tokens=30), TTSConfig(samples=4, iterations=3)
+    search = len(tok.encode("<search> born in </search>", add_special_tokens=False))
+    policy = AlwaysSearch(tok)
+    finals = relevance_guided_batch([prompt, prompt], policy, env, tok, rollout, tts, random.Random(0), [400, search + 5])  # fmt: skip
+    assert finals == [["1858"] * 4] * 2 and policy.calls == [8, 8]
+    assert (env.counters.queries, env.counters.unique_queries) == (8, 2)
+    for groups, unique in ((None, 1), ([0, 0, 1, 1], 2)):
+        env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
+        rs = run_rollouts([prompt] * 4, AlwaysSearch(tok), env, tok, rollout, 400, groups)
+        assert [parse_completion(tok.decode(r.completion_ids)).answer for r in rs] == ["1858"] * 4
+        assert (env.counters.queries, env.counters.unique_queries) == (4, unique)
+    with pytest.raises(ValueError, match="3 groups for 4 prompts"):
+        run_rollouts([prompt] * 4, AlwaysSearch(tok), env, tok, rollout, 400, [0, 0, 1])
 
 
 def test_every_tts_arm_reads_a_rollout_as_the_format_parser_does(world, smollm2_path, scripted_policy):

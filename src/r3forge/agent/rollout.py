@@ -344,16 +344,22 @@ def run_rollouts(
     tokenizer: Any,
     config: RolloutConfig,
     max_completion_tokens: int | Sequence[int],
+    groups: Sequence[int] | None = None,
 ) -> list[Rollout]:
     """Roll out every prompt to the end (see the module docstring); one `Rollout` per prompt, in order.
 
     `max_completion_tokens` bounds all turns and observations of a rollout (GRPOConfig's
-    max_completion_length in training): one budget for all, or one per prompt (`per_rollout`). The
-    turn-synchronous loop; `async_rollout.run_rollouts_async` is the same per rollout without the turn-wide
-    barrier."""
+    max_completion_length in training): one budget for all, or one per prompt (`per_rollout`). `groups`: a
+    group per prompt (e.g. the question whose samples `eval tts` rolls out together with other questions'):
+    each turn's searches go to the environment per group, so de-duplication and reranker calls stay within a
+    group; None: one call per turn for all. The turn-synchronous loop; `async_rollout.run_rollouts_async` is
+    the same per rollout without the turn-wide barrier."""
     enc = Encoder(tokenizer)
     rollouts = [Rollout(list(p)) for p in prompt_ids]
     budgets = per_rollout(max_completion_tokens, len(rollouts))
+    group = [0] * len(rollouts) if groups is None else list(groups)
+    if len(group) != len(rollouts):
+        raise ValueError(f"{len(group)} groups for {len(rollouts)} prompts")
     active = list(range(len(rollouts)))
     for t in range(config.max_turns + 1):
         if not active:
@@ -367,9 +373,10 @@ def run_rollouts(
             query = apply_turn(rollouts[i], turn, room[i], t == config.max_turns, enc)
             if query is not None:
                 searching.append((i, query))
-        if searching:
-            observations = env.observe([q for _, q in searching])
-            for (i, query), obs in zip(searching, observations, strict=True):
+        for g in dict.fromkeys(group[i] for i, _ in searching):  # groups in order of first appearance
+            asked = [(i, q) for i, q in searching if group[i] == g]
+            observations = env.observe([q for _, q in asked])
+            for (i, query), obs in zip(asked, observations, strict=True):
                 apply_observation(rollouts[i], query, obs, enc, config.max_obs_tokens)
         for i in active:
             close_if_full(rollouts[i], budgets[i])

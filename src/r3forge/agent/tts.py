@@ -135,46 +135,63 @@ def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenize
     `budget`: completion tokens of one branch (its turns, observations and corrections), as a majority-vote
     rollout has (`context_budgets`): a turn is cut where its branch reaches it, and a branch at it ends
     without an answer, as a rollout ends `truncated`. None: no budget beyond `iterations`."""
+    return relevance_guided_batch([prompt], policy, env, tokenizer, rollout, tts, rng, [budget])[0]
+
+
+def relevance_guided_batch(prompts: list[list[int]], policy: Policy, env: SearchEnv, tokenizer: Any,
+                           rollout: RolloutConfig, tts: TTSConfig, rng: random.Random,
+                           budgets: list[int | None]) -> list[list[str]]:  # fmt: skip
+    """`relevance_guided` for several questions in lockstep: each question keeps its own branches, F, budget,
+    s_best and de-duplication (one environment call per question and iteration); only their turns are
+    generated together, one `policy.generate` per iteration."""
     enc = Encoder(tokenizer)
-    final: list[str] = []
-    branches = [Branch([])]
+    finals: list[list[str]] = [[] for _ in prompts]
+    branches = [[Branch([])] for _ in prompts]
     for t in range(tts.iterations):
-        if len(final) >= tts.samples:
+        jobs: list[tuple[int, Branch]] = []  # (question, branch), one per sample to draw
+        for q, final in enumerate(finals):
+            if len(final) < tts.samples:
+                live = branches[q] or [Branch([])]  # an empty branch set restarts from the root
+                counts = shares(tts.samples - len(final), [(b.s, b.l) for b in live])
+                jobs += [(q, b) for b, k in zip(live, counts, strict=True) for _ in range(k)]
+        if not jobs:
             break
-        branches = branches or [Branch([])]
-        counts = shares(tts.samples - len(final), [(b.s, b.l) for b in branches])
-        jobs = [b for b, k in zip(branches, counts, strict=True) for _ in range(k)]
-        room = rollout.max_turn_tokens if budget is None else max(budget - len(b.ids) for b in jobs)
-        turns = policy.generate([prompt + b.ids for b in jobs], min(rollout.max_turn_tokens, room))
-        pending: list[tuple[Branch, list[int], str]] = []
-        branches = []
-        for b, turn in zip(jobs, turns, strict=True):
-            ids = turn.ids if budget is None else turn.ids[: budget - len(b.ids)]
+        room = max(
+            rollout.max_turn_tokens if budgets[q] is None else budgets[q] - len(b.ids) for q, b in jobs
+        )
+        turns = policy.generate([prompts[q] + b.ids for q, b in jobs], min(rollout.max_turn_tokens, room))
+        pending: list[list[tuple[Branch, list[int], str]]] = [[] for _ in prompts]
+        branches = [[] for _ in prompts]
+        for (q, b), turn in zip(jobs, turns, strict=True):
+            ids = turn.ids if budgets[q] is None else turn.ids[: budgets[q] - len(b.ids)]
             action, arg = turn_action(sampled_text(tokenizer, ids))
             if action == "answer":  # read as the majority-vote arms read a rollout: the whole completion
                 text = sampled_text(tokenizer, b.ids + ids)
                 if (answer := parse_completion(text).answer) is not None:
-                    final.append(answer)
+                    finals[q].append(answer)
             elif t == tts.iterations - 1:
                 continue  # the last iteration only answers
             elif action == "search":
-                pending.append((b, ids, arg))
+                pending[q].append((b, ids, arg))
             else:  # an invalid turn is corrected and continues, as in `run_rollouts`
-                branches.append(Branch(b.ids + ids + enc.correction, b.s, b.l))
-        if pending:
-            observations = env.observe([q for _, _, q in pending])  # one batched, de-duplicated call
+                branches[q].append(Branch(b.ids + ids + enc.correction, b.s, b.l))
+        for q, asked in enumerate(pending):
+            if not asked:
+                continue
+            observations = env.observe([a for _, _, a in asked])  # one batched, de-duplicated call
             best = {o.query: (o.scores[0] if o.scores else 0.0, o.tiebreak[0] if o.tiebreak else math.nan)
                     for o in observations}  # fmt: skip
             s_best = max(s for s, _ in best.values())
-            for (b, ids, _), obs in zip(pending, observations, strict=True):
+            for (b, ids, _), obs in zip(asked, observations, strict=True):
                 s_q, l_q = best[obs.query]
                 if rng.random() < keep_probability(s_q, s_best, tts.alpha):
-                    branches.append(
+                    branches[q].append(
                         Branch(b.ids + ids + enc.observation(obs.text, rollout.max_obs_tokens), s_q, l_q)
                     )
-        if budget is not None:  # a branch with no token left to act ends here, unanswered
-            branches = [b for b in branches if len(b.ids) < budget]
-    return final[: tts.samples]
+        for q, budget in enumerate(budgets):  # a branch with no token left to act ends here, unanswered
+            if budget is not None:
+                branches[q] = [b for b in branches[q] if len(b.ids) < budget]
+    return [final[: tts.samples] for final in finals]
 
 
 def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_config: EnvConfig,
@@ -189,6 +206,7 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
                      config.max_questions, config.qa_format, config.example)  # fmt: skip
     summary: dict[str, Any] = {"questions": len(rows), "samples": tts.samples, "model": config.model}
     results: dict[str, list[dict[str, Any]]] = {}
+    per_batch = max(1, config.batch_size // tts.samples)  # questions whose samples are generated together
     with ExitStack() as stack:
         policy, tokenizer = open_policy(stack, config)
         env = open_env(stack, search, env_config)
@@ -198,18 +216,27 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
             env.counters = EnvCounters()  # each strategy's own calls
             env.config.dedup = strategy != "naive"
             scored = []
-            for row in rows:
-                prompt = encode_prompt(tokenizer, row["prompt"])
-                (budget,) = context_budgets([prompt], config.max_completion_tokens, engine_context(policy))
+            for chunk in range(0, len(rows), per_batch):
+                batch = rows[chunk : chunk + per_batch]
+                prompts = [encode_prompt(tokenizer, row["prompt"]) for row in batch]
+                budgets = context_budgets(prompts, config.max_completion_tokens, engine_context(policy))
                 if strategy == "relevance":
-                    answers = relevance_guided(prompt, policy, env, tokenizer, rollout, tts, rng, budget)
-                else:
-                    rs = run_rollouts([prompt] * tts.samples, policy, env, tokenizer, rollout, budget)
+                    votes = relevance_guided_batch(
+                        prompts, policy, env, tokenizer, rollout, tts, rng, budgets
+                    )
+                else:  # N samples of each question; its own group: de-duplication stays within the question
+                    n = tts.samples
+                    rs = run_rollouts([p for p in prompts for _ in range(n)], policy, env, tokenizer, rollout,
+                                      [b for b in budgets for _ in range(n)], [q // n for q in range(n * len(batch))])  # fmt: skip
                     texts = [sampled_text(tokenizer, r.completion_ids) for r in rs]
-                    answers = [a for a in (parse_completion(x).answer for x in texts) if a is not None]
-                vote = majority(answers)
-                scored.append({"id": row["id"], "answers": row["answers"], "votes": answers, "prediction": vote,
-                               "em": exact_match(vote, row["answers"]), "f1": f1_score(vote, row["answers"])})  # fmt: skip
+                    parsed = [parse_completion(x).answer for x in texts]
+                    votes = [
+                        [a for a in parsed[q * n : (q + 1) * n] if a is not None] for q in range(len(batch))
+                    ]
+                for row, answers in zip(batch, votes, strict=True):
+                    vote = majority(answers)
+                    scored.append({"id": row["id"], "answers": row["answers"], "votes": answers, "prediction": vote,
+                                   "em": exact_match(vote, row["answers"]), "f1": f1_score(vote, row["answers"])})  # fmt: skip
                 print(f"eval tts {strategy}: {len(scored)}/{len(rows)}", file=sys.stderr)
             results[strategy] = scored
             n = len(scored)
