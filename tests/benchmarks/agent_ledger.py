@@ -55,19 +55,24 @@ def copy_eval(src: Path, dst: Path) -> None:
         out.write((src / "rows.jsonl").read_bytes())
 
 
+def uncommitted_changes(ledger: Path) -> bool | None:
+    """Whether the tree (the current folder: the repository's root, where the benches run) has changes outside
+    `ledger`, the record being written, which is not a change to the code; None where git cannot tell."""
+    spec = ["."]
+    if ledger.resolve().is_relative_to(Path.cwd().resolve()):  # git refuses a pathspec outside the tree
+        spec.append(f":(exclude){ledger.resolve()}")
+    git = subprocess.run(
+        ["git", "status", "--porcelain", "--", *spec], capture_output=True, text=True, check=False
+    )
+    return bool(git.stdout.strip()) if git.returncode == 0 else None
+
+
 def machine(questions: Path, warmstart_data: Path, ledger: Path) -> dict:
     return {
         "cpu": cpu_model(),
         "cpu_flags": sorted(cpu_flags() & set(FLAGS)),
         "torch_threads": torch.get_num_threads(),
-        "uncommitted_changes": bool(
-            subprocess.run(  # the ledger itself left out: the record being written is not a change to the code
-                ["git", "status", "--porcelain", "--", ".", f":(exclude){ledger.resolve()}"],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.strip()
-        ),
+        "uncommitted_changes": uncommitted_changes(ledger),
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "questions_sha256": sha256(questions),
         "warmstart_data_sha256": sha256(warmstart_data),
