@@ -16,6 +16,8 @@ Three strategies spend the same sample budget N per question and answer by major
 Every arm has the same completion budget per sample (`max_completion_tokens`, within the engine's context): a
 majority-vote rollout ends `truncated` at it, and a relevance-guided branch ends there unanswered.
 Reranker calls are counted per strategy: unique (query) reranks and (query, document) pairs judged.
+Questions go in batches of `batch_size // samples`: their turns are generated together, but each question's
+searches are its own environment call, so de-duplication, s_best and the reranker counts stay per question.
 
     r3forge eval tts --config configs/eval/tts_world_cpu.yaml --model runs/grpo/agent_world_cpu/final
 """
