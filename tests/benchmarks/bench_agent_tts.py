@@ -83,8 +83,10 @@ def best_checkpoint(run_dir: Path, arm: str) -> dict:
 
 def tables(out: Path, summary: dict) -> dict:
     rows: dict[str, dict[str, float]] = {s: {} for s in STRATEGIES}
+    votes: dict[str, dict[str, tuple[list[str], str]]] = {s: {} for s in STRATEGIES}
     for r in map(json.loads, gzip.decompress((out / "rows.jsonl.gz").read_bytes()).decode().splitlines()):
         rows[r["strategy"]][r["id"]] = float(r["em"])
+        votes[r["strategy"]][r["id"]] = (r["votes"], r["prediction"])
     n = summary["questions"]
     result: dict = {"questions": n, "samples": summary["samples"], "strategies": {}, "paired": {}}
     print(f"\n### Test-time scaling: N = {summary['samples']} answers per question, {n} held-out questions\n")
@@ -107,6 +109,13 @@ def tables(out: Path, summary: dict) -> dict:
         d = paired_bootstrap([rows[y][i] for i in ids], [rows[x][i] for i in ids])
         result["paired"][f"{x} - {y}"] = d
         print(f"| {x} - {y} | {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] |")
+    # the same seed and batches give the majority-vote arms the same first turns: where does A1 change anything?
+    a, b = votes["relevance"], votes["naive_unique"]
+    result["relevance_vs_naive_unique"] = {
+        "votes_differ": sum(a[i][0] != b[i][0] for i in b), "prediction_differs": sum(a[i][1] != b[i][1] for i in b)
+    }  # fmt: skip
+    print(f"\nrelevance vs naive_unique: votes differ for {result['relevance_vs_naive_unique']['votes_differ']} of {n} "
+          f"questions, the majority for {result['relevance_vs_naive_unique']['prediction_differs']}")  # fmt: skip
     return result
 
 
