@@ -15,8 +15,9 @@ checkpoint, the same questions, the same sample budget N) and is not biased by t
 2 shown, 30 words) and the arm's observation runs the three strategies (naive majority vote, majority vote with
 unique-query extraction, relevance-guided); its summary and rows go to LEDGER/ARM/ (agent_ledger.py's layout),
 with run.json (the checkpoint, its greedy EM, the machine, the seconds) and tables.json:
-EM and F1 per strategy, reranker pairs / calls and unique queries per question, and the paired differences
-relevance - naive and relevance - naive_unique with a 95% bootstrap interval over the questions. Resumable: a
+EM and F1 per strategy, reranker pairs / calls and unique queries per question, the paired differences
+relevance - naive, relevance - naive_unique and naive_unique - naive with a 95% bootstrap interval over the
+questions, and the questions whose votes or majority answer relevance-guided scaling changed. Resumable: a
 finished evaluation in RUN_DIR/tts_ARM is not run again.
 """
 
@@ -82,11 +83,9 @@ def best_checkpoint(run_dir: Path, arm: str) -> dict:
 
 
 def tables(out: Path, summary: dict) -> dict:
-    rows: dict[str, dict[str, float]] = {s: {} for s in STRATEGIES}
-    votes: dict[str, dict[str, tuple[list[str], str]]] = {s: {} for s in STRATEGIES}
+    rows: dict[str, dict[str, dict]] = {s: {} for s in STRATEGIES}  # strategy -> question id -> its row
     for r in map(json.loads, gzip.decompress((out / "rows.jsonl.gz").read_bytes()).decode().splitlines()):
-        rows[r["strategy"]][r["id"]] = float(r["em"])
-        votes[r["strategy"]][r["id"]] = (r["votes"], r["prediction"])
+        rows[r["strategy"]][r["id"]] = r
     n = summary["questions"]
     result: dict = {"questions": n, "samples": summary["samples"], "strategies": {}, "paired": {}}
     print(f"\n### Test-time scaling: N = {summary['samples']} answers per question, {n} held-out questions\n")
@@ -106,13 +105,13 @@ def tables(out: Path, summary: dict) -> dict:
     print("\n| difference | EM [95% CI over questions] |\n|---|---|")
     for x, y in PAIRS:
         ids = sorted(rows[y])
-        d = paired_bootstrap([rows[y][i] for i in ids], [rows[x][i] for i in ids])
+        d = paired_bootstrap([float(rows[y][i]["em"]) for i in ids], [float(rows[x][i]["em"]) for i in ids])
         result["paired"][f"{x} - {y}"] = d
         print(f"| {x} - {y} | {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] |")
     # the same seed and batches give the majority-vote arms the same first turns: where does A1 change anything?
-    a, b = votes["relevance"], votes["naive_unique"]
+    a, b = rows["relevance"], rows["naive_unique"]
     result["relevance_vs_naive_unique"] = {
-        "votes_differ": sum(a[i][0] != b[i][0] for i in b), "prediction_differs": sum(a[i][1] != b[i][1] for i in b)
+        k: sum(a[i][key] != b[i][key] for i in b) for k, key in (("votes_differ", "votes"), ("prediction_differs", "prediction"))
     }  # fmt: skip
     print(f"\nrelevance vs naive_unique: votes differ for {result['relevance_vs_naive_unique']['votes_differ']} of {n} "
           f"questions, the majority for {result['relevance_vs_naive_unique']['prediction_differs']}")  # fmt: skip
