@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from r3forge.annotate.jobs import JUDGE_CONFIGS
-from r3forge.annotate.judge import REASONS, JudgeStep, approvals, p_yes, parse_verdict
+from r3forge.annotate.judge import REASONS, JudgeStep, approvals, parse_verdict
 from r3forge.annotate.verbal import load_template
+from r3forge.backends.base import p_yes
 from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.synth import Rejected, load_accepted, load_rejected

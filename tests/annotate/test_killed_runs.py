@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.items import qa_items
 from r3forge.annotate.verbal import VerbalAnnotationStep
 from r3forge.backends import OpenAIHTTPBackend, OpenAIHTTPConfig
 from r3forge.data.loaders import load_qa
+from r3forge.retrieval.pairs import qa_items
 from r3forge.synth import EngineConfig, load_accepted, load_rejected, run_step
 from r3forge.synth.store import read_faults, read_manifest
 

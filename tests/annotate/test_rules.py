@@ -9,12 +9,13 @@ from pathlib import Path
 import datasets
 import pytest
 
-from r3forge.annotate.rules import rule_annotations, rule_label, sentences, shown
+from r3forge.annotate.rules import rule_annotations, rule_label, shown
 from r3forge.annotate.verbal import load_template, parse_annotation, render
 from r3forge.cli import run_command
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import answer_in_text, quoted_spans
+from r3forge.text import sentences
 
 RECORD = {
     "id": "q1",

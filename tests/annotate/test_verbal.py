@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.items import qa_items
 from r3forge.annotate.jobs import VERBAL_CONFIGS
 from r3forge.annotate.verbal import (
     PROMPT_VERSION,
@@ -26,6 +25,7 @@ from r3forge.backends.base import Choice, GenerationResult, Usage
 from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.errors import ConfigError
+from r3forge.retrieval.pairs import qa_items
 from r3forge.synth import EngineConfig, Rejected, load_accepted, load_rejected, run_step
 
 DOC = (

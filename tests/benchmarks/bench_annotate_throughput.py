@@ -36,13 +36,13 @@ import openai
 import torch
 from transformers import AutoTokenizer
 
-from r3forge.annotate.items import qa_items
 from r3forge.annotate.verbal import VerbalAnnotationStep
 from r3forge.backends import OpenAIHTTPBackend, OpenAIHTTPConfig
 from r3forge.backends.base import Choice, GenerationResult, Usage
 from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer, is_cpu_build
 from r3forge.data.loaders import load_qa
 from r3forge.models import prepare_model
+from r3forge.retrieval.pairs import qa_items
 from r3forge.synth import EngineConfig, Rejected, run_step
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from r3forge.annotate.items import gold_relevance
 from r3forge.cli import run_command
 from r3forge.data.cli import PoolConfig, pool
 from r3forge.data.loaders import load_corpus, load_qa
 from r3forge.errors import ConfigError
+from r3forge.retrieval.pairs import gold_relevance
 
 SHARED_DATA = Path(
     os.environ.get("R3FORGE_SHARED_DATA") or Path(__file__).resolve().parents[2].parent / "shared" / "data"

@@ -15,10 +15,10 @@ from r3forge.cli import run_command
 from r3forge.config import missing_help
 from r3forge.errors import ConfigError
 from r3forge.qream.pipeline import QREAM_CONFIGS, QreamModelsConfig, role
-from r3forge.qream.rewrite import SENTENCE
 from r3forge.qream.score import lexical_support
 from r3forge.qream.select import hard_filter
 from r3forge.synth import load_accepted
+from r3forge.text import complete_sentences
 
 
 def test_roles_default_to_the_rewriter() -> None:
@@ -136,7 +136,7 @@ def test_extractive_teacher_through_the_dual_criteria(qream_run, tmp_path) -> No
     assert rows and report["rewriter"] == "extractive"
     for r in rows:  # every sentence is r_raw's, and round 2 keeps more than round 1
         body = " ".join(r["raw"].split())
-        kept = [s for p in r["document"].split("\n\n") for s in SENTENCE.findall(p.partition(": ")[2] or p)]
+        kept = [s for p in r["document"].split("\n\n") for s in complete_sentences(p.partition(": ")[2] or p)]
         assert kept and all(s.strip() in body for s in kept)
     by_q: dict[str, dict[int, str]] = {}
     for r in rows:

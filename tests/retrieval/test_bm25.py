@@ -25,6 +25,7 @@ from r3forge.retrieval import (
     Retriever,
     build_bm25_index,
     load_retriever,
+    open_retriever,
     read_manifest,
 )
 from r3forge.retrieval.base import passage_text
@@ -224,3 +225,16 @@ def test_cli_build_with_yaml_config(tmp_path: Path, shared_data: Path, capsys: p
     assert "# Hamlet" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="unknown flag '--stemer'"):
         run_command("index", ["build", "--corpus", "x", "--output", str(out), "--stemer", "none"])
+
+
+def test_open_retriever_opens_a_folder_and_needs_exactly_one_source(wiki_index: Path, tmp_path: Path) -> None:
+    retriever = open_retriever(str(wiki_index), "")
+    assert (
+        isinstance(retriever, BM25Retriever) and len(retriever.search(["Tinted Windows band"], k=2)[0]) == 2
+    )
+    with pytest.raises(ConfigError, match="exactly one"):
+        open_retriever("", "")
+    with pytest.raises(ConfigError, match="exactly one"):
+        open_retriever(str(wiki_index), "http://127.0.0.1:1")
+    with pytest.raises(ConfigError, match="not a folder"):
+        open_retriever(str(tmp_path / "nope"), "")

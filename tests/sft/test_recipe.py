@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTTrainer
 
 from r3forge.annotate.export import sft_row
-from r3forge.annotate.verbal import load_template, parse_annotation, score_token_index, token_decoder
-from r3forge.backends.base import Choice
+from r3forge.annotate.verbal import load_template, parse_annotation, score_token_index
+from r3forge.backends.base import Choice, token_decoder
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError, DataFormatError
 from r3forge.recipes.sft import main

@@ -31,7 +31,7 @@ from r3forge.errors import ConfigError
 from r3forge.rerank.base import Reranker, RerankOutput, order, to_candidates
 from r3forge.rerank.extractive import ExtractiveVerbalReranker
 from r3forge.rerank.verbal import VerbalConfig, VerbalReranker
-from r3forge.retrieval import RetrieverClient, load_retriever
+from r3forge.retrieval import open_retriever
 from r3forge.retrieval.base import Retriever
 
 
@@ -278,10 +278,8 @@ _EMPTY = Observation("", "No query was given.", [], [], [], "")
 def open_env(stack: ExitStack, search: SearchConfig, config: EnvConfig) -> SearchEnv:
     """The retriever (index folder or server) and, for verbal observations, the reranker (a vLLM server is
     started first with `reranker_serve`); everything closes with `stack`."""
-    if search.index:
-        retriever = load_retriever(search.index)
-    else:
-        retriever = stack.enter_context(RetrieverClient(search.retriever_url))
+    retriever = open_retriever(search.index, search.retriever_url)
+    stack.callback(getattr(retriever, "close", lambda: None))
     reranker = None
     if config.observation == "verbal" and search.reranker_backend == "extractive":
         reranker = ExtractiveVerbalReranker()

@@ -6,7 +6,8 @@
 * `judge`: `JudgeStep`, a second model approving annotations; `paraphrase`: `ParaphraseStep`, the
   paraphrased-context baseline;
 * the teacher and judge open through `r3forge.backends.open` (`LLMConfig`, `open_llm`);
-* `items`: (question, document) pairs: `qa_items` (own passages), `retrieved_items` (a retriever's top-n);
+* `qa_items` (own passages) and `retrieved_items` (a retriever's top-n): the (question, document) pairs, from
+  `r3forge.retrieval.pairs`;
 * `jobs`: the `r3forge annotate verbal|judge|paraphrase` configs and mains;
 * `report`: acceptance, score distribution, NDCG@k of teacher scores vs gold (`annotation_report`);
 * `export`: accepted annotations -> prompt/completion chat `DatasetDict` (`ExportSFTConfig`, `export_sft`).
@@ -34,12 +35,12 @@ _EXPORTS = {
     "paraphrase_main": "jobs",
     "JudgeStep": "judge",
     "ParaphraseStep": "paraphrase",
-    "retrieved_items": "items",
+    "retrieved_items": "r3forge.retrieval.pairs",
     "annotation_report": "report",
     "VerbalAnnotationStep": "verbal",
     "load_template": "verbal",
     "parse_annotation": "verbal",
-    "qa_items": "items",
+    "qa_items": "r3forge.retrieval.pairs",
     "ExportSFTConfig": "export",
     "build_sft": "export",
     "export_sft": "export",
@@ -50,4 +51,5 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'r3forge.annotate' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"r3forge.annotate.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name]
+    return getattr(importlib.import_module(module if "." in module else f"r3forge.annotate.{module}"), name)

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.annotate.judge import JudgeStep, judge_items
 from r3forge.annotate.paraphrase import ParaphraseChecks, ParaphraseStep
 from r3forge.annotate.report import annotation_report, format_report, judge_report, write_report
@@ -26,6 +25,8 @@ from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
 from r3forge.backends.open import LLMConfig, llm_identity, load_tokenizer, open_llm
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
+from r3forge.retrieval import open_retriever
+from r3forge.retrieval.pairs import qa_items, retrieved_items
 from r3forge.runfolder import check, claim, settings
 from r3forge.synth.engine import EngineConfig, RunSummary, run_step
 from r3forge.synth.export import HubConfig, push_from_config

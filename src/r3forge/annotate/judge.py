@@ -12,15 +12,14 @@ at that position (a graded approval). The paper used a different-family model as
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from r3forge.annotate import templates
-from r3forge.annotate.verbal import chat_request, score_token_index, token_decoder
-from r3forge.backends.base import GenerationRequest, GenerationResult
+from r3forge.annotate.verbal import chat_request, score_token_index
+from r3forge.backends.base import GenerationRequest, GenerationResult, p_yes, token_decoder
 from r3forge.synth.engine import Rejected
 from r3forge.synth.export import load_accepted
 
@@ -65,18 +64,6 @@ def parse_verdict(text: str) -> tuple[bool, str, int] | Rejected:
     r = _REASON.search(text, m.end())
     reason = re.sub(r"\s+", " ", text[r.end() :]).strip(" *_") if r else ""
     return value in YES, reason, m.start("value")
-
-
-def p_yes(top: dict[Any, float], decode) -> float | None:
-    """P(yes) / (P(yes) + P(no)) from one position's top-k logprobs (token ids decoded with `decode`)."""
-    mass = {"yes": 0.0, "no": 0.0}
-    for key, logprob in (top or {}).items():
-        text = key if isinstance(key, str) else (decode([key]) if decode is not None else "")
-        word = text.strip().strip("*").lower()
-        if word in mass:
-            mass[word] += math.exp(logprob)
-    total = mass["yes"] + mass["no"]
-    return None if total == 0 else mass["yes"] / total
 
 
 @dataclass

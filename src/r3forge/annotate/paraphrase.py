@@ -4,7 +4,7 @@ commentary, so an ablation can tell the verbal reranker's comments from mere rew
     step = ParaphraseStep()
     run_step(step, qa_items(load_qa("dev.jsonl")), teacher.backend, EngineConfig("runs/annotate/para"))
 
-Items are the same (question, document) pairs as the verbal annotation's (`items.py`), so every annotated
+Items are the same (question, document) pairs as the verbal annotation's (`retrieval/pairs.py`), so every annotated
 document has a paraphrase to compare with. The question is not shown to the teacher (the rewrite must not
 judge relevance), so the key is the document alone: a document retrieved for several questions is
 paraphrased once (the engine counts the other pairs as `duplicate_inputs`); join on `doc_id`. Unusable outputs are rejected with a reason code: `truncated`, `missing_paraphrase`,

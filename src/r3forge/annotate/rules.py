@@ -29,7 +29,6 @@ one sharing most content words): `It states that "<sentence>", which the questio
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,15 +39,11 @@ from r3forge.annotate.verbal import load_template
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import answer_in_text, normalize_answer
+from r3forge.text import content_words, quote, sentences
 
-RULE_VERSION = "rule_labels_v2"  # v2: citations checked against the answer (cited)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
-_STOP_TEXT = (
-    "what which who whom whose when where why how is are was were be been did does do of in on at to for from by "
-    "with and or as that this these those it its his her their he she they the a an also has have had not than "
-    "then into about after before over under"
+RULE_VERSION = (
+    "rule_labels_v3"  # v2: citations checked against the answer (cited); v3: r3forge.text's stop words
 )
-_STOP = frozenset(_STOP_TEXT.split())
 
 
 @dataclass
@@ -92,34 +87,6 @@ class RulesConfig:
     )
 
 
-def sentences(text: str) -> list[str]:
-    """A passage split into sentences (HotpotQA passages are their sentences joined).
-
-    >>> sentences("Paris is big. It is in France. 3 km wide.")
-    ['Paris is big.', 'It is in France.', '3 km wide.']
-    """
-    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
-
-
-def content_words(text: str) -> list[str]:
-    """The normalized words of a text that are neither stop words nor shorter than 3 characters.
-
-    >>> content_words("Where was the Louvre built?")
-    ['louvre', 'built']
-    """
-    return [t for t in normalize_answer(text).split() if t not in _STOP and len(t) > 2]
-
-
-def quote(sentence: str, words: int = 30) -> str:
-    """A sentence as a comment quotes it: no final period, cut to `words` words.
-
-    >>> quote("It is a museum in Paris.", 3)
-    'It is a ...'
-    """
-    tokens = sentence.rstrip(".").split()
-    return " ".join(tokens[:words]) + (" ..." if len(tokens) > words else "")
-
-
 def evidence(split: list[str], record: dict, answers: list[str]) -> str:
     """The sentence a gold passage without sentence-level supporting facts (MuSiQue, the synthetic world) is
     cited by: the first that contains an answer, else the one sharing most of the question's content words.
@@ -130,8 +97,8 @@ def evidence(split: list[str], record: dict, answers: list[str]) -> str:
     for sentence in split:
         if answers and answer_in_text(answers, sentence):
             return sentence
-    question = set(content_words(record["question"]))
-    return max(split, key=lambda s: len(question & set(content_words(s))))
+    question = set(content_words(record["question"], min_chars=3))
+    return max(split, key=lambda s: len(question & set(content_words(s, min_chars=3))))
 
 
 def cited(split: list[str], record: dict, passage: dict, answers: list[str]) -> str:
@@ -193,9 +160,11 @@ def rule_label(record: dict, passage: dict, cite_all: bool = False) -> tuple[int
         if cite_all:
             return 3, f"{nearest}, but not in the sense the question asks about."
         return 3, f'It mentions "{answers[0]}", but not in the sense the question asks about.'
-    question = set(content_words(record["question"]))
+    question = set(content_words(record["question"], min_chars=3))
     shared = list(
-        dict.fromkeys(t for t in content_words(passage["title"] + " " + passage["text"]) if t in question)
+        dict.fromkeys(
+            t for t in content_words(passage["title"] + " " + passage["text"], min_chars=3) if t in question
+        )
     )
     if question and len(shared) >= len(question) / 2:
         if cite_all:

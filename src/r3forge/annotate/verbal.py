@@ -3,7 +3,7 @@
     step = VerbalAnnotationStep(tokenizer=backend.tokenizer)
     run_step(step, qa_items(load_qa("dev.jsonl")), backend, EngineConfig(output_dir="runs/verbal"))
 
-(`qa_items` / `retrieved_items` in `items.py`; the `r3forge annotate verbal` job in `jobs.py`.)
+(`qa_items` / `retrieved_items` in `retrieval/pairs.py`; the `r3forge annotate verbal` job in `jobs.py`.)
 
 The teacher reads the question and ONE document and answers in a fixed two-field format::
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r3forge.annotate import templates
-from r3forge.backends.base import Choice, GenerationRequest, GenerationResult
+from r3forge.backends.base import Choice, GenerationRequest, GenerationResult, token_decoder
 from r3forge.errors import ConfigError
 from r3forge.synth.engine import Rejected
 
@@ -212,13 +212,6 @@ def expected_score(logprobs: dict[str, float | None] | None) -> float | None:
     probs = {int(d): math.exp(lp) for d, lp in (logprobs or {}).items() if d in SCORES and lp is not None}
     total = sum(probs.values())
     return sum(s * p for s, p in probs.items()) / total if total > 0 else None
-
-
-def token_decoder(tokenizer: Any) -> Callable[[list[int]], str] | None:
-    """`ids -> text` with `tokenizer` (special tokens skipped), or None without one."""
-    if tokenizer is None:
-        return None
-    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def chat_request(

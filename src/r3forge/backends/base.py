@@ -16,10 +16,11 @@ started with a larger `--max-logprobs`, the offline vLLM engine or the transform
 from __future__ import annotations
 
 import copy
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 # the backend errors live in the bottom layer (the synthesis engine catches them); re-exported here
 from r3forge.errors import BackendError as BackendError
@@ -172,3 +173,30 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """Text up to (excluding) the earliest stop string, and whether one occurred."""
     cut = min((i for s in stop if (i := text.find(s)) >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+# reading a choice's tokens and logprobs
+def token_decoder(tokenizer: Any) -> Callable[[list[int]], str] | None:
+    """`ids -> text` with `tokenizer` (special tokens skipped), or None without one."""
+    if tokenizer is None:
+        return None
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def p_yes(top: dict[Any, float], decode: Callable[[list[int]], str] | None) -> float | None:
+    """P(yes) / (P(yes) + P(no)) from one position's top-k logprobs (token ids decoded with `decode`): a yes/no
+    judgement's probability; None where neither word is in the top k.
+
+    >>> round(p_yes({" Yes": math.log(0.6), "No": math.log(0.2), "maybe": math.log(0.2)}, None), 3)
+    0.75
+    >>> p_yes({"maybe": 0.0}, None) is None
+    True
+    """
+    mass = {"yes": 0.0, "no": 0.0}
+    for key, logprob in (top or {}).items():
+        text = key if isinstance(key, str) else (decode([key]) if decode is not None else "")
+        word = text.strip().strip("*").lower()
+        if word in mass:
+            mass[word] += math.exp(logprob)
+    total = mass["yes"] + mass["no"]
+    return None if total == 0 else mass["yes"] / total

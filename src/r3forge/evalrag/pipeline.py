@@ -27,7 +27,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.config import save_config
 from r3forge.data.jsonio import finite, write_json, write_jsonl
@@ -44,6 +43,8 @@ from r3forge.igp.select import SelectConfig, ig_stats, igp_select, rerank_by_ig,
 from r3forge.metrics.efficiency import input_tokens
 from r3forge.metrics.ranking import ndcg_at_k, recall_at_k
 from r3forge.rerank import Candidate, RerankOutput, order, passage
+from r3forge.retrieval import open_retriever
+from r3forge.retrieval.pairs import qa_items, retrieved_items
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted, rejected_keys
 

@@ -15,22 +15,8 @@ from __future__ import annotations
 
 import math
 
-from r3forge.metrics.qa import normalize_answer
-from r3forge.qream.rewrite import SENTENCE, rewrite_item
-from r3forge.qream.score import FUNCTION_WORDS
-
-_QUESTION_WORDS = frozenset(
-    ["who", "whom", "what", "when", "where", "which", "why", "how", "did", "does", "do", "many", "much"]
-)
-
-
-def content_tokens(text: str) -> set[str]:
-    """SQuAD-normalized tokens without function words and question words.
-
-    >>> sorted(content_tokens("Who built the Eiffel Tower in Paris?"))
-    ['built', 'eiffel', 'paris', 'tower']
-    """
-    return {t for t in normalize_answer(text).split() if t not in FUNCTION_WORDS | _QUESTION_WORDS}
+from r3forge.qream.rewrite import rewrite_item
+from r3forge.text import complete_sentences, content_words
 
 
 def raw_sentences(raw: str) -> list[tuple[str, str]]:
@@ -45,7 +31,7 @@ def raw_sentences(raw: str) -> list[tuple[str, str]]:
         if not sep or len(title.split()) > 12:  # no title prefix: the paragraph is all text
             title, text = "", paragraph
         text = " ".join(text.split())
-        found = [m.group().strip() for m in SENTENCE.finditer(text)] or ([text] if text else [])
+        found = complete_sentences(text) or ([text] if text else [])
         pairs += [(title.strip(), s) for s in found]
     return pairs
 
@@ -61,10 +47,14 @@ def extractive_rewrite(question: str, raw: str, sentences: int) -> str:
     'Eiffel Tower: It was built by Gustave Eiffel. It is tall.'
     """
     pairs = raw_sentences(raw)
-    query = content_tokens(question)
-    bags = [content_tokens(title) | content_tokens(s) for title, s in pairs]
+
+    def words(text: str) -> set[str]:
+        return set(content_words(text))
+
+    query = words(question)
+    bags = [words(title) | words(s) for title, s in pairs]
     idf = {t: math.log(1 + len(bags) / (1 + sum(t in b for b in bags))) for t in query}
-    own = [content_tokens(s) for _, s in pairs]
+    own = [words(s) for _, s in pairs]
     scores = [sum(idf[t] for t in query & bag) + 0.5 * sum(idf[t] for t in query & o)
               for bag, o in zip(bags, own, strict=True)]  # fmt: skip
     ranked = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))

@@ -36,10 +36,10 @@ from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.metrics.ranking import roc_auc
 from r3forge.qream.pipeline import raw_retrievals
-from r3forge.qream.rewrite import SENTENCE
-from r3forge.qream.score import FUNCTION_WORDS, FactJudgeStep, lexical_overlap
+from r3forge.qream.score import FactJudgeStep, lexical_overlap
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted
+from r3forge.text import STOPWORDS, complete_sentences
 
 KINDS = ("verbatim", "trimmed", "other", "swapped")
 _PAREN = re.compile(r"\s*\([^()]*\)")
@@ -75,7 +75,7 @@ def sentences(text: str, min_words: int = 5) -> list[str]:
     >>> sentences("Paris is the capital of France. Short one. It has 2.1 million people today!")
     ['Paris is the capital of France.', 'It has 2.1 million people today!']
     """
-    return [s.strip() for s in SENTENCE.findall(" ".join(text.split())) if len(s.split()) >= min_words]
+    return [s for s in complete_sentences(text) if len(s.split()) >= min_words]
 
 
 def trim(sentence: str) -> str | None:
@@ -103,7 +103,7 @@ def swap(sentence: str, donors: list[str], rng: random.Random) -> str | None:
     for m in spots:
         number = m.group()[0].isdigit()
         pool = sorted({t for d in donors for t in _SWAPPABLE.findall(d)
-                       if t[0].isdigit() == number and t not in sentence and t.lower() not in FUNCTION_WORDS})  # fmt: skip
+                       if t[0].isdigit() == number and t not in sentence and t.lower() not in STOPWORDS})  # fmt: skip
         if pool:
             return sentence[: m.start()] + rng.choice(pool) + sentence[m.end() :]
     return None

@@ -30,7 +30,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.annotate.export import split_by_question
-from r3forge.annotate.items import open_retriever
 from r3forge.annotate.jobs import RunConfig
 from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.config import where
@@ -51,6 +50,7 @@ from r3forge.qream.score import (
 )
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, sample_seeds
 from r3forge.qream.select import RewriteCandidate, hard_filter, select_golden
+from r3forge.retrieval import open_retriever
 from r3forge.retrieval.base import IndexFormatError, read_manifest
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted

@@ -21,6 +21,7 @@ from typing import Any
 from r3forge.backends.base import GenerationRequest, GenerationResult
 from r3forge.errors import ConfigError
 from r3forge.synth.engine import Rejected
+from r3forge.text import complete_sentences
 
 PROMPT_VERSION = "qream_rewrite_v1"
 INSTRUCTION = (
@@ -52,10 +53,6 @@ def strip_echo(text: str) -> str:
     return _ECHO.sub("", text).strip()
 
 
-# a sentence ends at . ! ? before whitespace or the end: "2.1 million" and "e.g.," stay inside one
-SENTENCE = re.compile(r"(?:[^.!?]|[.!?](?!\s|$))+[.!?]+(?=\s|$)")
-
-
 def trim_generation(text: str, truncated: bool) -> tuple[str, str]:
     """(text, what was trimmed): a small model's loops and cut-off endings removed at sentence boundaries.
 
@@ -69,8 +66,7 @@ def trim_generation(text: str, truncated: bool) -> tuple[str, str]:
     >>> trim_generation("It has 2.1 million people. It is", True)  # a decimal point ends no sentence
     ('It has 2.1 million people.', 'unfinished')
     """
-    text = " ".join(text.split())
-    sentences = [m.group().strip() for m in SENTENCE.finditer(text)]
+    sentences = complete_sentences(text)
     seen, kept = set(), []
     for sentence in sentences:
         if sentence.lower() in seen:

@@ -17,14 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from r3forge.annotate.judge import p_yes
-from r3forge.annotate.verbal import token_decoder
-from r3forge.backends.base import GenerationRequest, GenerationResult
+from r3forge.backends.base import GenerationRequest, GenerationResult, p_yes, token_decoder
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import normalize_answer, short_answer
-from r3forge.qream.rewrite import SENTENCE
 from r3forge.qream.select import hard_filter, s_fact, s_perf
 from r3forge.synth.engine import Rejected
+from r3forge.text import complete_sentences, content_words
 
 READER_VERSION = "qream_reader_v1"
 FACTS_VERSION = "qream_facts_v1"
@@ -49,13 +47,6 @@ JUDGE_PROMPT = (
 )
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<fact>.+?)\s*$")
 _VERDICT = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
-# dropped before the lexical support check: they carry no fact (articles go in SQuAD normalization already)
-_FUNCTION_WORDS_TEXT = (
-    "is are was were be been being am of in on at to for from by with and or but as that this these those it "
-    "its he she they his her their them which who whom whose also has have had not no there than then into "
-    "about after before over under during while"
-)
-FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
 
 
 def _sha(text: str) -> str:
@@ -122,7 +113,7 @@ def parse_facts(text: str, max_facts: int) -> list[str]:
     ['Paris is in France.', 'It is large.']
     """
     bullets = [m["fact"] for m in map(_BULLET.match, text.splitlines()) if m]
-    lines = bullets or [s.strip() for s in SENTENCE.findall(" ".join(text.split())) if len(s.split()) >= 3]
+    lines = bullets or [s for s in complete_sentences(text) if len(s.split()) >= 3]
     return list(dict.fromkeys(lines))[:max_facts]
 
 
@@ -239,7 +230,7 @@ def lexical_overlap(fact: str, raw: str) -> float:
     >>> lexical_overlap("Paris is in Spain.", "Paris is the capital of France.")
     0.5
     """
-    content = [t for t in normalize_answer(fact).split() if t not in FUNCTION_WORDS]
+    content = content_words(fact)
     vocabulary = set(normalize_answer(raw).split())
     return sum(t in vocabulary for t in content) / len(content) if content else 0.0
 

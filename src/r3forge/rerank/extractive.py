@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from r3forge.annotate.rules import content_words, quote, sentences
 from r3forge.rerank.base import Candidate, RerankOutput, check_inputs
+from r3forge.text import content_words, quote, sentences
 
 # in `eval rag`'s fingerprint of saved scores: bump when the rule changes
-EXTRACTIVE_VERSION = "extractive_v1"
+EXTRACTIVE_VERSION = "extractive_v2"  # v2: r3forge.text's stop words
 STEM = 5  # characters a content word is cut to, so "headquarters" meets "headquartered"
 
 
@@ -44,7 +44,7 @@ def stems(text: str) -> set[str]:
     >>> sorted(stems("Where is the Fucor Academy headquartered?"))
     ['acade', 'fucor', 'headq']
     """
-    return {w[:STEM] for w in content_words(text)}
+    return {w[:STEM] for w in content_words(text, min_chars=3)}
 
 
 def judge(query: str, c: Candidate) -> tuple[float, float, str]:

@@ -22,8 +22,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from r3forge.annotate.verbal import token_decoder
-from r3forge.backends.base import GenerationBackend, GenerationRequest
+from r3forge.backends.base import GenerationBackend, GenerationRequest, token_decoder
 from r3forge.errors import ConfigError
 from r3forge.models import resolve_model
 from r3forge.rerank.base import Candidate, RerankOutput, check_inputs, flat_pairs, passage, split_flat

@@ -27,9 +27,8 @@ from r3forge.annotate.verbal import (
     parse_annotation,
     score_logprobs,
     score_token_index,
-    token_decoder,
 )
-from r3forge.backends.base import Choice, GenerationBackend
+from r3forge.backends.base import Choice, GenerationBackend, token_decoder
 from r3forge.errors import ConfigError
 from r3forge.rerank.base import Candidate, RerankOutput, check_inputs, flat_pairs, split_flat
 from r3forge.synth.engine import Rejected

@@ -18,6 +18,7 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
+from r3forge.errors import ConfigError
 from r3forge.retrieval.base import (
     Hit,
     IndexFormatError,
@@ -66,6 +67,20 @@ def load_retriever(
     return __getattr__("DenseRetriever").load(folder, encoder=encoder, device=device, ef_search=ef_search)
 
 
+def open_retriever(index: str, retriever_url: str) -> BM25Retriever | DenseRetriever | RetrieverClient:
+    """A saved index folder (`r3forge index build`) or a running `r3forge serve retriever` URL, exactly one of
+    them; close it with `getattr(retriever, "close", ...)` (a client holds a connection pool)."""
+    if bool(index) == bool(retriever_url):
+        raise ConfigError(
+            f"retrieval needs exactly one of `index` (a folder) or `retriever_url`, got {index!r} and {retriever_url!r}"
+        )
+    if retriever_url:
+        return __getattr__("RetrieverClient")(retriever_url)
+    if not os.path.isdir(index):
+        raise ConfigError(f"index: {index} is not a folder (build one with `r3forge index build`)")
+    return load_retriever(index)
+
+
 __all__ = [
     "BM25Config",
     "BM25Retriever",
@@ -82,5 +97,6 @@ __all__ = [
     "build_bm25_index",
     "build_dense_index",
     "load_retriever",
+    "open_retriever",
     "read_manifest",
 ]

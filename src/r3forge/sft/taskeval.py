@@ -29,9 +29,8 @@ from r3forge.annotate.verbal import (
     parse_annotation,
     score_logprobs,
     score_token_index,
-    token_decoder,
 )
-from r3forge.backends.base import Choice, GenerationRequest
+from r3forge.backends.base import Choice, GenerationRequest, token_decoder
 from r3forge.backends.hf_local import HFLocalBackend
 from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.data.jsonio import write_jsonl

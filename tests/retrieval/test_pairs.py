@@ -8,11 +8,10 @@ from pathlib import Path
 import datasets
 import pytest
 
-from r3forge.annotate.items import open_retriever, qa_items, retrieved_items
 from r3forge.cli import run_command
 from r3forge.data.loaders import load_qa
-from r3forge.errors import ConfigError
 from r3forge.retrieval import build_bm25_index, load_retriever
+from r3forge.retrieval.pairs import qa_items, retrieved_items
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +55,6 @@ def test_retrieved_pairs_carry_gold_labels_by_title(qa, index) -> None:
         assert all(r["doc_id"].startswith("wiki-") for r in rows)
     hit = sum(any(r["relevance"] for r in rows) for rows in by_q.values())
     assert hit >= 25, f"BM25 top-5 found a gold paragraph for only {hit}/30 questions"
-
-
-def test_open_retriever_needs_exactly_one_source(index, tmp_path) -> None:
-    with pytest.raises(ConfigError, match="exactly one"):
-        open_retriever("", "")
-    with pytest.raises(ConfigError, match="exactly one"):
-        open_retriever(str(index), "http://127.0.0.1:1")
-    with pytest.raises(ConfigError, match="not a folder"):
-        open_retriever(str(tmp_path / "nope"), "")
 
 
 def test_cli_dry_run_with_retrieval_pairing(shared_data, index, smollm2_path, tmp_path, capsys) -> None:

@@ -1,4 +1,4 @@
-"""(question, document) pairs to annotate: a question's own passages, or a retriever's top-n.
+"""(question, document) pairs to annotate or rank: a question's own passages, or a retriever's top-n.
 
 Both yield flat items: `question_id`, `question`, `answers`, `doc_id`, `doc_title`, `doc_text`, `rank`
 (0-based), `retrieval_score` (None for own passages) and `relevance`, the gold label where the data has one
@@ -9,10 +9,8 @@ the question lists gold passages and this is not one, None when it lists none, a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any
 
 from r3forge.errors import ConfigError
 from r3forge.metrics.qa import answer_in_text
@@ -83,18 +81,3 @@ def retrieved_items(
             for rank, (pid, score) in enumerate(row):
                 doc = by_id[str(pid)]
                 yield _item(record, rank, doc, float(score), gold_relevance(record, doc))
-
-
-def open_retriever(index: str, retriever_url: str) -> Any:
-    """A saved index folder (`r3forge index build`) or a running `r3forge serve retriever` URL."""
-    if bool(index) == bool(retriever_url):
-        raise ConfigError("pairing: retrieval needs exactly one of `index` (a folder) or `retriever_url`")
-    if retriever_url:
-        from r3forge.retrieval.client import RetrieverClient
-
-        return RetrieverClient(retriever_url)
-    if not os.path.isdir(index):
-        raise ConfigError(f"index: {index} is not a folder (build one with `r3forge index build`)")
-    from r3forge.retrieval import load_retriever  # dense indexes import torch + sentence-transformers
-
-    return load_retriever(index)
