@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -14,6 +15,9 @@ import r3forge.recipes.sft
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+# the packages that use annotation itself: the command table, the quickstart (it annotates), the verbal reranker
+# (the teacher's step run by a student), SFT's task eval (a student scored on the teacher's task)
+ANNOTATION_USERS = ("annotate", "cli", "quickstart", "rerank", "sft")
 
 
 def lint(src: Path, config: Path, cwd: Path) -> subprocess.CompletedProcess:
@@ -40,6 +44,37 @@ def test_the_contract_catches_an_upward_import_and_an_unplaced_package(tmp_path:
     assert out.returncode == 1
     assert "r3forge.data.loaders -> r3forge.agent.env" in out.stdout
     assert "r3forge.newpkg" in out.stdout
+
+
+def annotate_importers(src: Path) -> list[str]:
+    """`file:line` of every import of `r3forge.annotate` outside ANNOTATION_USERS (recipes included)."""
+    found = []
+    for path in sorted([*(src / "r3forge").rglob("*.py"), *(src.parent / "recipes").glob("*.py")]):
+        parts = (
+            path.relative_to(src / "r3forge").parts if path.is_relative_to(src / "r3forge") else ("recipes",)
+        )
+        if parts[0].removesuffix(".py") in ANNOTATION_USERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "r3forge.annotate" or n.startswith("r3forge.annotate.") for n in names):
+                found.append(f"{path.relative_to(src.parent)}:{node.lineno}")
+    return found
+
+
+def test_annotate_is_imported_only_by_its_users(tmp_path: Path):
+    assert annotate_importers(ROOT / "src") == []
+    shutil.copytree(ROOT / "src" / "r3forge", tmp_path / "src" / "r3forge")
+    (tmp_path / "recipes").mkdir()
+    bm25 = tmp_path / "src" / "r3forge" / "retrieval" / "bm25.py"
+    bm25.write_text(bm25.read_text() + "\n\ndef _x():\n    from r3forge import annotate  # noqa\n")
+    (tmp_path / "recipes" / "r.py").write_text("import r3forge.annotate.rules\n")
+    assert annotate_importers(tmp_path / "src") == [
+        "recipes/r.py:1",
+        f"src/r3forge/retrieval/bm25.py:{len(bm25.read_text().splitlines())}",
+    ]
 
 
 def test_the_wheel_lists_every_package_and_the_recipes():

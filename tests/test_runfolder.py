@@ -133,8 +133,8 @@ def test_write_later_and_other_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_settings_leave_out_runtime_knobs_and_name_models_by_content(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
-    from r3forge.annotate.jobs import RunConfig
     from r3forge.backends.open import LLMConfig
+    from r3forge.synth.job import RunConfig
 
     copy = tmp_path / "a" / "final"
     shutil.copytree(smollm2_path, copy)

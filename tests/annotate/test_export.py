@@ -16,10 +16,10 @@ from r3forge.annotate.export import (
     export_sft,
     paraphrase_row,
     rebalance,
-    split_by_question,
 )
 from r3forge.annotate.verbal import load_template, parse_annotation
 from r3forge.config import missing_help
+from r3forge.data.rows import split_by_question
 from r3forge.errors import ConfigError
 from r3forge.synth.store import ShardSpec, ShardStore
 

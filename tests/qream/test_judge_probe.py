@@ -12,7 +12,6 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from r3forge.annotate.jobs import RunConfig
 from r3forge.backends import HFLocalBackend, HFLocalConfig
 from r3forge.backends.open import LLMConfig
 from r3forge.errors import ConfigError
@@ -21,6 +20,7 @@ from r3forge.qream.judge_probe import ProbeConfig, build_probe, probe_main, swap
 from r3forge.qream.rewrite import raw_retrieval
 from r3forge.qream.score import JUDGE_PROMPT, FactJudgeStep, at_tau
 from r3forge.synth import EngineConfig, load_accepted, run_step
+from r3forge.synth.job import RunConfig
 
 RECORDS = [
     {"id": "q1", "question": "Who built the tower?", "answers": ["Gustave Eiffel"], "passages": [

@@ -27,7 +27,7 @@ _EXPORTS = {
     "REASONS": "verbal",
     "VerbalAnnotateConfig": "jobs",
     "PairsConfig": "jobs",
-    "RunConfig": "jobs",
+    "RunConfig": "r3forge.synth.job",
     "JudgeConfig": "jobs",
     "ParaphraseConfig": "jobs",
     "verbal_main": "jobs",

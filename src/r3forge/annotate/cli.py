@@ -12,6 +12,7 @@ from r3forge.annotate.rules import RulesConfig, rules_main
 from r3forge.config import parse_config
 from r3forge.models import check_models
 from r3forge.runfolder import claim, record_owner, settings
+from r3forge.synth.job import own_folder
 
 DATASET = ("dataset_dict.json",)  # what an SFT export folder made before owner records holds
 
@@ -24,7 +25,7 @@ class ReportArgs:
 def verbal(argv: list[str]) -> int:
     configs = parse_config(jobs.VERBAL_CONFIGS, argv, prog="r3forge annotate verbal")
     check_models(*configs)
-    jobs.own_folder("annotate verbal", configs)
+    own_folder("annotate verbal", configs, scope=jobs.ITEM_SCOPE)
     jobs.verbal_main(*configs)
     return 0
 
@@ -32,7 +33,7 @@ def verbal(argv: list[str]) -> int:
 def judge(argv: list[str]) -> int:
     configs = parse_config(jobs.JUDGE_CONFIGS, argv, prog="r3forge annotate judge")
     check_models(*configs)
-    jobs.own_folder("annotate judge", configs)
+    own_folder("annotate judge", configs, scope=jobs.ITEM_SCOPE)
     jobs.judge_main(*configs)
     return 0
 
@@ -40,7 +41,7 @@ def judge(argv: list[str]) -> int:
 def paraphrase(argv: list[str]) -> int:
     configs = parse_config(jobs.PARAPHRASE_CONFIGS, argv, prog="r3forge annotate paraphrase")
     check_models(*configs)
-    jobs.own_folder("annotate paraphrase", configs)
+    own_folder("annotate paraphrase", configs, scope=jobs.ITEM_SCOPE)
     jobs.paraphrase_main(*configs)
     return 0
 

@@ -30,6 +30,7 @@ import datasets
 from r3forge.annotate import paraphrase, templates
 from r3forge.annotate.judge import approvals
 from r3forge.annotate.verbal import PROMPT_VERSION, annotation_text, load_template, render
+from r3forge.data.rows import split_by_question
 from r3forge.errors import ConfigError
 from r3forge.synth.export import load_accepted
 from r3forge.synth.store import read_manifest
@@ -151,20 +152,6 @@ def rebalance(
         indices = by_score[score]
         keep.update(indices if len(indices) <= cap else rng.sample(indices, cap))
     return [r for i, r in enumerate(records) if i in keep]
-
-
-def split_by_question(
-    records: list[dict[str, Any]], validation_fraction: float, seed: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train, validation): a seeded shuffle of the distinct question ids (a row's `group_id` where it has one:
-    a sub-question goes with its question), the first share held out."""
-    key = [str(r.get("group_id") or r["question_id"]) for r in records]
-    questions = sorted(set(key))
-    random.Random(seed).shuffle(questions)
-    held = set(questions[: round(validation_fraction * len(questions))])
-    return [r for r, k in zip(records, key, strict=True) if k not in held], [
-        r for r, k in zip(records, key, strict=True) if k in held
-    ]
 
 
 def build_sft(

@@ -27,10 +27,10 @@ from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
 from r3forge.retrieval import open_retriever
 from r3forge.retrieval.pairs import qa_items, retrieved_items
-from r3forge.runfolder import check, claim, settings
-from r3forge.synth.engine import EngineConfig, RunSummary, run_step
+from r3forge.synth.engine import RunSummary, run_step
 from r3forge.synth.export import HubConfig, push_from_config
-from r3forge.synth.store import MANIFEST, ShardSpec
+from r3forge.synth.job import RunConfig, engine_config
+from r3forge.synth.store import ShardSpec
 
 
 @dataclass
@@ -53,25 +53,6 @@ class PairsConfig:
     )
     max_docs_per_question: int | None = field(
         default=None, metadata={"help": "own: use only each question's first N passages."}
-    )
-
-
-@dataclass
-class RunConfig:
-    output_dir: str = field(metadata={"help": "Synthesis output folder (resumable; one per job/shard)."})
-    batch_size: int = field(default=16, metadata={"help": "Items per backend call (fsync'd per call)."})
-    concurrency: int = field(default=1, metadata={"help": "Backend calls in flight (HTTP: 4-64)."})
-    shard: str = field(default="0/1", metadata={"help": "'i/N': only shard i of N (merge: synth merge)."})
-    dry_run: bool = field(
-        default=False, metadata={"help": "Print request and prompt-token counts; no teacher calls."}
-    )
-    resume: bool = field(
-        default=True, metadata={"help": "Skip cached items; false: refuse a non-empty folder."}
-    )
-    progress: bool = field(default=True, metadata={"help": "Live progress bar (stderr)."})
-    overwrite: bool = field(
-        default=False,
-        metadata={"help": "Move a folder of another run (or of this one) aside to <folder>.replaced-<time>."},
     )
 
 
@@ -144,18 +125,6 @@ PARAPHRASE_CONFIGS = (PairsConfig, ParaphraseConfig, LLMConfig, RunConfig, HubCo
 ITEM_SCOPE = ("max_questions", "max_docs_per_question", "max_items")
 
 
-def own_folder(kind: str, configs: Sequence[Any], scope: Sequence[str] = ITEM_SCOPE) -> None:
-    """Claim the job's output folder for `kind` and its settings (`r3forge.runfolder`) before anything
-    loads: a folder of another job or of other settings is refused unless `--overwrite true`. A dry run only
-    checks."""
-    run = next(c for c in configs if isinstance(c, RunConfig))
-    wanted = settings(configs, drop=scope)
-    if not run.dry_run:
-        claim(run.output_dir, kind, wanted, run.overwrite, legacy=(MANIFEST,))
-    elif not run.overwrite:
-        check(run.output_dir, kind, wanted, legacy=(MANIFEST,))
-
-
 def load_pairs(config: PairsConfig) -> list[dict]:
     """The (question, document) items of a job, in input order."""
     records = load_qa(config.qa_path, config.qa_format)
@@ -166,21 +135,6 @@ def load_pairs(config: PairsConfig) -> list[dict]:
         return list(retrieved_items(records, retriever, config.top_n, config.max_questions))
     finally:
         getattr(retriever, "close", lambda: None)()
-
-
-def engine_config(run: RunConfig, teacher: LLMConfig, model_id: str) -> EngineConfig:
-    tokenizer = teacher.tokenizer or (teacher.model if teacher.backend in ("hf", "vllm") else "")
-    return EngineConfig(
-        output_dir=run.output_dir,
-        model=model_id,
-        batch_size=run.batch_size,
-        concurrency=run.concurrency,
-        shard=run.shard,
-        dry_run=run.dry_run,
-        resume=run.resume,
-        progress=run.progress,
-        tokenizer=tokenizer,  # dry runs count prompt tokens with it
-    )
 
 
 def run_job(

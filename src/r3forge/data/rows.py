@@ -9,6 +9,7 @@ file is a `DataFormatError` naming the file and line, never a `DatasetGeneration
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,23 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, list | dict):
         return "a list" if isinstance(value, list) else "an object"
     return "null" if value is None else "a number" if isinstance(value, int | float) else type(value).__name__
+
+
+def split_by_question(
+    records: list[dict[str, Any]], validation_fraction: float, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, validation): a seeded shuffle of the distinct question ids (a row's `group_id` where it has one:
+    a sub-question goes with its question), the first share held out.
+
+    >>> rows = [{"question_id": q, "group_id": g} for q, g in (("a", None), ("b", None), ("b1", "b"), ("c", None))]
+    >>> train, validation = split_by_question(rows, 0.34, seed=0)
+    >>> sorted(r["question_id"] for r in validation), len(train) + len(validation)
+    (['a'], 4)
+    """
+    key = [str(r.get("group_id") or r["question_id"]) for r in records]
+    questions = sorted(set(key))
+    random.Random(seed).shuffle(questions)
+    held = set(questions[: round(validation_fraction * len(questions))])
+    return [r for r, k in zip(records, key, strict=True) if k not in held], [
+        r for r, k in zip(records, key, strict=True) if k in held
+    ]

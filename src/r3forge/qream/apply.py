@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from r3forge.annotate.jobs import RunConfig
 from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
@@ -35,6 +34,7 @@ from r3forge.qream.score import ReaderStep, candidate_key
 from r3forge.qream.seeds import SeedDocStep, check_disjoint, load_demos, sample_seeds
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted, rejected_keys
+from r3forge.synth.job import RunConfig
 from r3forge.synth.store import ShardSpec
 
 

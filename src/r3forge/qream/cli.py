@@ -4,12 +4,12 @@ table: `r3forge.cli`."""
 
 from __future__ import annotations
 
-from r3forge.annotate.jobs import own_folder
 from r3forge.config import parse_config
 from r3forge.models import check_models
 from r3forge.qream.apply import REWRITE_CONFIGS, rewrite_main
 from r3forge.qream.judge_probe import PROBE_CONFIGS, probe_main
 from r3forge.qream.pipeline import QREAM_CONFIGS, check_retrieval, qream_main
+from r3forge.synth.job import own_folder
 
 # how `annotate qream` judges and selects its cached stages: a rerun may change it (a new tau re-thresholds the
 # cached verdicts, another fact judge adds its own stage folder) and rewrites the outputs from the caches.

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r3forge.annotate.jobs import RunConfig
 from r3forge.backends.open import LLMConfig, open_llm
 from r3forge.data.loaders import load_qa
 from r3forge.errors import ConfigError
@@ -39,6 +38,7 @@ from r3forge.qream.pipeline import raw_retrievals
 from r3forge.qream.score import FactJudgeStep, lexical_overlap
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted
+from r3forge.synth.job import RunConfig
 from r3forge.text import STOPWORDS, complete_sentences
 
 KINDS = ("verbatim", "trimmed", "other", "swapped")

@@ -29,11 +29,10 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from r3forge.annotate.export import split_by_question
-from r3forge.annotate.jobs import RunConfig
 from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.config import where
 from r3forge.data.loaders import load_qa
+from r3forge.data.rows import split_by_question
 from r3forge.errors import ConfigError
 from r3forge.metrics.orientation import r_inc, s_orient
 from r3forge.metrics.qa import answer_in_text
@@ -54,6 +53,7 @@ from r3forge.retrieval import open_retriever
 from r3forge.retrieval.base import IndexFormatError, read_manifest
 from r3forge.synth.engine import EngineConfig, run_step
 from r3forge.synth.export import load_accepted
+from r3forge.synth.job import RunConfig
 from r3forge.synth.store import ShardSpec
 
 
