@@ -57,7 +57,9 @@ from r3forge.config import save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.models import resolve_model
-from r3forge.sft.run import (
+from r3forge.training.cpu import apply_cpu_settings
+from r3forge.training.model import load_model
+from r3forge.training.run import (
     MetricsJSONL,
     claim_run,
     precision_info,
@@ -65,7 +67,6 @@ from r3forge.sft.run import (
     prepare_output_dir,
     run_info,
 )
-from r3forge.sft.train import apply_cpu_settings, load_model
 
 
 def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConfig, rollout: RolloutConfig,

@@ -18,7 +18,7 @@ What the recipe fixes on top of TRL:
   bf16 units), fp32 elsewhere (`r3forge.precision`); run.json's "precision" says what it resolved to and
   why; `dtype: auto` loads the weights in the training precision; gradient checkpointing from the config;
 - task metrics at every evaluation, before the first step and at the end (`taskeval.TaskEval`);
-- the run folder of `run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/), and each
+- the run folder of `training/run.py` (run.json, config.yaml, metrics.jsonl, final_metrics.json, final/), and each
   evaluation's per-row generations in task_eval/step_<N>.jsonl;
 - `resume_from_checkpoint: auto` continues from the last complete checkpoint (one cut short by a kill is
   moved aside) and rolls metrics.jsonl back to it; a folder holding a run is refused;
@@ -42,22 +42,17 @@ from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.models import check_models
 from r3forge.sft.config import SFT_CONFIGS, TASKS, SFTScriptArguments
-from r3forge.sft.run import (
+from r3forge.sft.taskeval import TaskEval, whole_questions
+from r3forge.sft.train import TASK_COLUMNS, check_deepspeed_launch, distributed_info, load_split
+from r3forge.training.cpu import apply_cpu_settings
+from r3forge.training.model import load_model
+from r3forge.training.run import (
     MetricsJSONL,
     claim_run,
     precision_info,
     precision_line,
     prepare_output_dir,
     run_info,
-)
-from r3forge.sft.taskeval import TaskEval, whole_questions
-from r3forge.sft.train import (
-    TASK_COLUMNS,
-    apply_cpu_settings,
-    check_deepspeed_launch,
-    distributed_info,
-    load_model,
-    load_split,
 )
 
 

@@ -21,7 +21,7 @@ from r3forge.agent.reward import answer_reward, format_reward
 from r3forge.agent.rollout import RolloutConfig
 from r3forge.errors import ConfigError
 from r3forge.retrieval import load_retriever
-from r3forge.sft.train import compact_cpu_lm_head
+from r3forge.training.cpu import compact_cpu_lm_head
 
 
 @pytest.fixture(scope="module")

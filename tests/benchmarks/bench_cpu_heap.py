@@ -40,7 +40,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from r3forge.models import resolve_model
-from r3forge.sft.train import bound_cpu_heap
+from r3forge.training.cpu import bound_cpu_heap
 
 MODES = ("default", "mmap", "trim")
 

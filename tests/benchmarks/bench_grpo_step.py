@@ -61,7 +61,7 @@ from r3forge.agent.policy_engine import PolicyEngine, take_trl_slot
 from r3forge.agent.reward import answer_reward
 from r3forge.agent.rollout import RolloutConfig, VLLMPolicy, encode_prompt
 from r3forge.models import resolve_model
-from r3forge.sft.train import compact_cpu_lm_head, cpu_lm_head_tiles
+from r3forge.training.cpu import compact_cpu_lm_head, cpu_lm_head_tiles
 
 
 class StepTimer(TrainerCallback):

@@ -23,7 +23,7 @@ from r3forge.errors import ConfigError, DataFormatError
 from r3forge.recipes.sft import main
 from r3forge.release.export import export_run
 from r3forge.sft.config import SFT_CONFIGS
-from r3forge.sft.train import bound_cpu_heap
+from r3forge.training.cpu import bound_cpu_heap
 
 ROWS = [
     {"prompt": [{"role": "user", "content": f"Is document {i} about question {i}?"}],

@@ -32,6 +32,7 @@ from trl import GRPOConfig, ModelConfig
 from r3forge.agent.env import EnvConfig, SearchConfig
 from r3forge.agent.rollout import RolloutConfig
 from r3forge.errors import ConfigError
+from r3forge.training.cpu import CPUSettings
 
 PAPER_DEFAULTS = {
     "num_generations": 5,
@@ -55,7 +56,9 @@ TRL_TESTED = "1.16"
 
 
 @dataclass
-class AgentScriptArguments:
+class AgentScriptArguments(CPUSettings):
+    """The GRPO script's own fields (data, rollout engine, packing, overwrite) and the CPU settings."""
+
     dataset: str = field(metadata={"help": "Training questions: any QA file `load_qa` reads (NQ, HotpotQA, the "
                                            "synthetic world, the output of `data filter-closed-book`)."})  # fmt: skip
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
@@ -103,25 +106,6 @@ class AgentScriptArguments:
                   "rollout longer than this is refused. Unset: the longest rollout of each batch (never refuses); "
                   "on sdpa (CPU) a row's attention is [T, T], so rows near 2 x (prompt + max_completion_length) "
                   "keep it small.", "min": 1},
-    )  # fmt: skip
-    compact_cpu_lm_head: bool = field(
-        default=True,
-        metadata={"help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "
-                  "every position of prompt and completion: same log-probabilities, less memory and time."},
-    )  # fmt: skip
-    cpu_lm_head_tile_tokens: int = field(
-        default=512,
-        metadata={"help": "CPU: positions per tile of TRL's fused LM head (TRL: 4096); with "
-                  "cpu_lm_head_tile_vocab, the head's transient memory (tests/benchmarks/bench_memory_grpo.py)."},
-    )  # fmt: skip
-    cpu_lm_head_tile_vocab: int = field(
-        default=4096,
-        metadata={"help": "CPU: vocabulary columns per tile of TRL's fused LM head (TRL: 32768)."},
-    )  # fmt: skip
-    bound_cpu_heap: bool = field(
-        default=False,
-        metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold, so the heap does not grow over rollouts "
-                  "of varying length (tests/benchmarks/bench_memory_grpo.py)."},
     )  # fmt: skip
     overwrite: bool = field(
         default=False,

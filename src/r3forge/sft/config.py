@@ -13,11 +13,15 @@ from typing import Literal
 
 from trl import ModelConfig, SFTConfig
 
+from r3forge.training.cpu import CPUSettings
+
 TASKS = ("verbal", "qream", "generic")
 
 
 @dataclass
-class SFTScriptArguments:
+class SFTScriptArguments(CPUSettings):
+    """The SFT script's own fields (data, task metrics, overwrite) and the CPU settings (`CPUSettings`)."""
+
     dataset: str = field(
         metadata={"help": "Prompt/completion chat data: a DatasetDict folder (annotate export-sft / rules, the "
                   "sft/ folder of annotate qream) or a .jsonl / .json file (all rows train)."}
@@ -56,25 +60,6 @@ class SFTScriptArguments:
         },
     )
     reader_few_shot: bool = field(default=True, metadata={"help": "qream: two short-answer demos first."})
-    compact_cpu_lm_head: bool = field(
-        default=True,
-        metadata={"help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "
-                  "every position: same loss, ~0.4x s/step (tests/benchmarks/bench_sft_lm_head.py)."},
-    )  # fmt: skip
-    cpu_lm_head_tile_tokens: int = field(
-        default=512,
-        metadata={"help": "CPU: positions per tile of TRL's fused LM head (TRL: 4096); with "
-                  "cpu_lm_head_tile_vocab, the head's transient memory (tests/benchmarks/bench_memory_grpo.py)."},
-    )  # fmt: skip
-    cpu_lm_head_tile_vocab: int = field(
-        default=4096,
-        metadata={"help": "CPU: vocabulary columns per tile of TRL's fused LM head (TRL: 32768)."},
-    )  # fmt: skip
-    bound_cpu_heap: bool = field(
-        default=False,
-        metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold: final RSS 0.25x, peak 0.72x, but 1.33x "
-                  "s/step (tests/benchmarks/bench_cpu_heap.py); for long runs near the memory limit."},
-    )  # fmt: skip
     overwrite: bool = field(
         default=False,
         metadata={

@@ -1,27 +1,21 @@
-"""The parts `recipes/sft.py` is built from (the recipe itself reads top to bottom there): loading one split
-of prompt/completion rows, the student in its training precision, the DeepSpeed launch check and what the
-engine ran.
+"""The SFT-only parts `recipes/sft.py` is built from (the recipe itself reads top to bottom there; what GRPO
+shares is in `r3forge.training`): loading one split of prompt/completion rows, the DeepSpeed launch check and
+what the engine ran.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import datasets
 import torch
-import trl.kernels.chunked_logprob as trl_logprob
-import trl.trainer.utils as trl_utils
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import ModelConfig, SFTConfig, SFTTrainer
+from trl import SFTConfig, SFTTrainer
 
 from r3forge.data.rows import load_rows
 from r3forge.errors import ConfigError
-from r3forge.models import resolve_model
 
 SAVED_FILES = ("dataset_dict.json", "dataset_info.json")  # what Dataset(Dict).save_to_disk writes
 TASK_COLUMNS = {"verbal": ("question_id", "doc_id", "score"), "qream": ("question", "answers"), "generic": ()}
@@ -53,100 +47,6 @@ def load_split(path: str, split: str, limit: int | None) -> datasets.Dataset:
             f"{path} ({split}): missing column(s) {sorted(missing)}; need prompt/completion chat rows"
         )
     return data.select(range(min(limit, len(data)))) if limit is not None else data
-
-
-def model_dtype(model_args: ModelConfig, training: Any) -> torch.dtype:
-    """`dtype: auto` (or unset): bf16 when training in bf16 on a GPU, else fp32."""
-    if model_args.dtype and model_args.dtype != "auto":
-        return getattr(torch, model_args.dtype)
-    return torch.bfloat16 if training.bf16 and torch.cuda.is_available() else torch.float32
-
-
-def load_model(model_args: ModelConfig, training: Any) -> tuple[str, Any, Any]:
-    """(base name, model, tokenizer) of a training run: an embedded name (default SmolLM2), a local folder or
-    a Hub id, in the training precision (`model_dtype`); the tokenizer pads with EOS when it has no pad."""
-    base = model_args.model_name_or_path or "smollm2-135m-instruct"
-    path = resolve_model(base)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args, training),
-                                                 attn_implementation=model_args.attn_implementation)  # fmt: skip
-    return base, model, tokenizer
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def bound_cpu_heap(threshold: int = 1 << 20) -> bool:
-    """On glibc (Linux), serve allocations of `threshold` bytes and more with mmap, which returns them to the
-    OS when freed. glibc's default raises that threshold after each free up to 32 MiB, and the variable-length
-    batches of a CPU run then fragment the heap: `configs/sft/verbal_reranker_cpu.yaml` (135M, batch 8, bf16)
-    grew to 14 GiB RSS by step 62 without this, and stayed at 4-8 GiB with it; each step is ~1.33x slower
-    (`tests/benchmarks/bench_cpu_heap.py`), so the recipe sets it only with `bound_cpu_heap: true`. A user's
-    own `MALLOC_MMAP_THRESHOLD_` is left alone. Returns whether the threshold was set."""
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is not None or not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # musl and other C libraries: nothing to set
-        return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
-
-
-def compact_cpu_lm_head() -> bool:
-    """Make TRL's fused LM head score only the labelled positions on CPU too.
-
-    `SFTTrainer` (trl 1.16) projects the hidden states through the LM head in tiles and, on CUDA/XPU, only
-    where the next-token label is not -100; elsewhere it scores every position (fixed tile shapes for
-    compiled backends such as Neuron) and masks afterwards. In completion-only SFT on an eager CPU that is
-    every prompt token too: for the verbal reranker (~220 prompt + ~30 completion tokens per row) the
-    49k-vocabulary head in fp32 tiles was half of each step. The loss, its gradient and the logged entropy /
-    token accuracy are the same sums over the same labelled positions either way (tests/sft/test_train.py);
-    the step takes ~0.4x the time (`tests/benchmarks/bench_sft_lm_head.py`). Only TRL's compaction check is
-    widened (its kernel choice, Triton or torch tiles, is a separate check and stays). Returns whether it
-    was applied (False on a TRL without that check, or when already applied)."""
-    decide = getattr(trl_utils, "_use_triton", None)
-    if decide is None or hasattr(decide, "r3forge_original"):
-        return False
-
-    def compact(device: torch.device) -> bool:
-        return device.type == "cpu" or decide(device)
-
-    compact.r3forge_original = decide  # type: ignore[attr-defined]  # TRL's own check (process-wide patch)
-    trl_utils._use_triton = compact
-    return True
-
-
-def cpu_lm_head_tiles(tokens: int, vocab: int) -> bool:
-    """Tile TRL's fused LM head in `[tokens, vocab]` blocks instead of its `[4096, 32768]` (trl 1.16), for CPU.
-
-    The kernel holds one fp32 tile and, on devices without Triton, several tile-sized temporaries while it
-    folds it (forward) or turns it into the logits gradient (backward). With TRL's tile that is +4.9 GiB for
-    4,800 scored positions of SmolLM2's 49k vocabulary, the largest part of the GRPO CPU recipe's 11.5 GiB
-    peak; a [512, 4096] tile needs +0.4 GiB and is no slower on 2 cores, and the log-probabilities agree to
-    float rounding (`tests/sft/test_train.py`, `tests/benchmarks/bench_memory_grpo.py`). Process-wide; the
-    recipes call it only without CUDA. Returns whether it was applied (False on a TRL without those tiles)."""
-    if not (hasattr(trl_logprob, "TOKEN_CHUNK_SIZE") and hasattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE")):
-        return False
-    trl_logprob.TOKEN_CHUNK_SIZE = tokens  # positions per tile (read at each call)
-    trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = vocab  # vocabulary columns per tile (passed at each call)
-    return True
-
-
-def apply_cpu_settings(script: Any) -> None:
-    """Without CUDA, a training script's CPU settings (the SFT and GRPO scripts' fields of these names):
-    `compact_cpu_lm_head` (the head scores only the completion tokens: ~0.4x the SFT step time, and less
-    memory), `cpu_lm_head_tile_tokens` / `cpu_lm_head_tile_vocab` (the head's tile, so its memory stays
-    bounded) and `bound_cpu_heap` (RSS stays flat over variable-length batches and rollouts, at ~1.1-1.3x the
-    step time). Process-wide; nothing on a CUDA machine."""
-    if torch.cuda.is_available():
-        return
-    if script.compact_cpu_lm_head:
-        compact_cpu_lm_head()
-    cpu_lm_head_tiles(script.cpu_lm_head_tile_tokens, script.cpu_lm_head_tile_vocab)
-    if script.bound_cpu_heap:
-        bound_cpu_heap()
 
 
 def check_deepspeed_launch(training: SFTConfig) -> None:

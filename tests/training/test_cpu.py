@@ -12,7 +12,7 @@ import trl.kernels.chunked_logprob as trl_logprob
 import trl.trainer.utils as trl_utils
 from transformers import AutoModelForCausalLM
 
-from r3forge.sft.train import compact_cpu_lm_head, cpu_lm_head_tiles
+from r3forge.training.cpu import compact_cpu_lm_head, cpu_lm_head_tiles
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ from transformers.trainer_utils import get_last_checkpoint, rotate_checkpoints
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.recipes.sft import main
-from r3forge.sft.checkpoints import checkpoint_problem, latest_complete_checkpoint, roll_back_metrics
 from r3forge.sft.config import SFT_CONFIGS
-from r3forge.sft.run import prepare_output_dir
+from r3forge.training.checkpoints import checkpoint_problem, latest_complete_checkpoint, roll_back_metrics
+from r3forge.training.run import prepare_output_dir
 
 ROWS = [
     {"prompt": [{"role": "user", "content": f"Is document {i} about question {i}?"}],

@@ -15,6 +15,7 @@ this run is never overwritten silently: resume it or pass overwrite (the old con
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -34,12 +35,13 @@ from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
 from r3forge.precision import cpu_model
 from r3forge.runfolder import claim, move_aside, settings
-from r3forge.sft.checkpoints import (
+from r3forge.training.checkpoints import (
     checkpoint_problem,
     latest_complete_checkpoint,
     read_state,
     roll_back_metrics,
 )
+from r3forge.training.cpu import CPUSettings
 
 AUTO = ("auto", "true", "latest", "last")
 # the TrainingArguments / SFTConfig / GRPOConfig fields that decide the trained model: a resume must keep them.
@@ -58,14 +60,7 @@ TRAINED_BY = (
     "ref_model_mixup_alpha", "ref_model_sync_steps",
 )  # fmt: skip
 # script / model fields that only say how fast or how much memory a run takes
-SPEED_ONLY = (
-    "attn_implementation",
-    "compact_cpu_lm_head",
-    "cpu_lm_head_tile_tokens",
-    "cpu_lm_head_tile_vocab",
-    "bound_cpu_heap",
-    "save_rollouts",
-)
+SPEED_ONLY = ("attn_implementation", "save_rollouts", *(f.name for f in dataclasses.fields(CPUSettings)))
 # script fields that only decide what the held-out evaluation reads: the trained model is the same, so a
 # resume may change them (recorded in owner.json; the metrics rows before the resume used the old values)
 EVAL_ONLY = ("max_eval_samples", "task_eval_samples", "task_eval_batch_size", "task_eval_at_start")
