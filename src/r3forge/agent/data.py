@@ -75,8 +75,15 @@ def is_heldout(question_id: Any, fraction: float) -> bool:
     return hashlib.sha256(str(question_id).encode("utf-8")).digest()[0] / 256 < fraction
 
 
-def load_agent_rows(path: str, split: str, heldout_fraction: float, observation: str = "verbal",
-              limit: int | None = None, qa_format: str = "auto", example: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+def load_agent_rows(
+    path: str,
+    split: str,
+    heldout_fraction: float,
+    observation: str = "verbal",
+    limit: int | None = None,
+    qa_format: str = "auto",
+    example: bool = False,
+) -> list[dict[str, Any]]:
     """The `split` ("train" | "heldout" | "all") rows of a QA file, first `limit` of them.
 
     Gold answers that normalize to the empty string (NQ-open's "A+", ")") are left out, since any answer
@@ -93,13 +100,22 @@ def load_agent_rows(path: str, split: str, heldout_fraction: float, observation:
         if not (answers := answerable(r["answers"])):
             unanswerable.append(f"{r['id']} {list(r['answers'])!r}")
             continue
-        rows.append({"id": r["id"], "question": r["question"], "answers": answers,
-                     "prompt": instruction(r["question"], observation, example)})  # fmt: skip
+        rows.append(
+            {
+                "id": r["id"],
+                "question": r["question"],
+                "answers": answers,
+                "prompt": instruction(r["question"], observation, example),
+            }
+        )
         if limit is not None and len(rows) >= limit:
             break
     if unanswerable:
-        print(f"{path}: dropped {len(unanswerable)} {split} question(s) whose every gold answer normalizes to "
-              f"the empty string (e.g. {unanswerable[0]})", file=sys.stderr)  # fmt: skip
+        print(
+            f"{path}: dropped {len(unanswerable)} {split} question(s) whose every gold answer normalizes to "
+            f"the empty string (e.g. {unanswerable[0]})",
+            file=sys.stderr,
+        )
     if not rows:
         raise ConfigError(f"{path}: no {split} questions (heldout_fraction={heldout_fraction})")
     return rows
@@ -149,25 +165,49 @@ def filter_closed_book(config: FilterConfig, generator: LLMConfig) -> dict[str, 
     with open_llm(generator) as model:
         for start in range(0, len(records), config.batch_size):
             chunk = records[start : start + config.batch_size]
-            requests = [GenerationRequest(messages=[{"role": "user", "content": CLOSED_BOOK.format(question=r["question"])}],
-                                          n=config.samples, temperature=config.temperature,
-                                          max_tokens=config.max_tokens, seed=config.seed) for r in chunk]  # fmt: skip
+            requests = [
+                GenerationRequest(
+                    messages=[{"role": "user", "content": CLOSED_BOOK.format(question=r["question"])}],
+                    n=config.samples,
+                    temperature=config.temperature,
+                    max_tokens=config.max_tokens,
+                    seed=config.seed,
+                )
+                for r in chunk
+            ]
             for r, result in zip(chunk, model.backend.generate(requests), strict=True):
-                hits = sum(exact_match(c.text.strip().splitlines()[0] if c.text.strip() else "", r["answers"])
-                           for c in result.choices)  # fmt: skip
+                hits = sum(
+                    exact_match(c.text.strip().splitlines()[0] if c.text.strip() else "", r["answers"])
+                    for c in result.choices
+                )
                 yes_no = is_yes_no(r["answers"])
                 exempt += yes_no
                 answered = hits > 0 and not yes_no
                 dropped += answered
                 if answered and config.mode == "drop":
                     continue
-                kept.append({"id": r["id"], "question": r["question"], "golden_answers": list(r["answers"]),
-                             "metadata": {"closed_book_hits": int(hits), "closed_book_samples": config.samples,
-                                          "closed_book_answered": bool(answered)}})  # fmt: skip
+                kept.append(
+                    {
+                        "id": r["id"],
+                        "question": r["question"],
+                        "golden_answers": list(r["answers"]),
+                        "metadata": {
+                            "closed_book_hits": int(hits),
+                            "closed_book_samples": config.samples,
+                            "closed_book_answered": bool(answered),
+                        },
+                    }
+                )
     out = Path(config.output)
     write_jsonl(out, kept)
-    stats = {"questions": len(records), "answered_closed_book": dropped, "yes_no_exempt": exempt,
-             "written": len(kept), "model": model.model_id, "output": str(out)}  # fmt: skip
+    stats = {
+        "questions": len(records),
+        "answered_closed_book": dropped,
+        "yes_no_exempt": exempt,
+        "written": len(kept),
+        "model": model.model_id,
+        "output": str(out),
+    }
     print(json.dumps(stats))
     return stats
 

@@ -74,11 +74,13 @@ class SearchConfig:
     )
     reranker_backend: Literal["openai", "vllm", "hf", "extractive"] = field(
         default="openai",
-        metadata={"help": "verbal observations: openai (a served model: vLLM, any OpenAI-compatible API), "
-                  "vllm (offline engine here), hf (transformers here), or extractive (no model: an "
-                  "answer-blind lexical stand-in that quotes each passage's best-matching sentence, "
-                  "rerank/extractive.py; reranker_model is then unused)."},
-    )  # fmt: skip
+        metadata={
+            "help": "verbal observations: openai (a served model: vLLM, any OpenAI-compatible API), "
+            "vllm (offline engine here), hf (transformers here), or extractive (no model: an "
+            "answer-blind lexical stand-in that quotes each passage's best-matching sentence, "
+            "rerank/extractive.py; reranker_model is then unused)."
+        },
+    )
     reranker_model: str = field(
         default="smollm2-135m-instruct",
         metadata={
@@ -99,10 +101,13 @@ class SearchConfig:
     )
     reranker_tokenizer: str = field(
         default="",
-        metadata={"help": "openai reranker: tokenizer to locate the score token (its logprob breaks score ties); "
-                  "empty: reranker_model's with reranker_serve, else none (ties by retriever order).",
-                  "model": (), "model_when": ("observation", ("verbal",))},
-    )  # fmt: skip
+        metadata={
+            "help": "openai reranker: tokenizer to locate the score token (its logprob breaks score ties); "
+            "empty: reranker_model's with reranker_serve, else none (ties by retriever order).",
+            "model": (),
+            "model_when": ("observation", ("verbal",)),
+        },
+    )
     reranker_max_tokens: int = field(default=128, metadata={"help": "Max new tokens of comment + score."})
     reranker_rank_by: str = field(
         default="score",
@@ -112,9 +117,11 @@ class SearchConfig:
     )
     reranker_gpu_memory_utilization: float = field(
         default=0.0,
-        metadata={"help": "reranker_serve / vllm on a GPU: its share of GPU memory (0: vLLM's default, 0.9; "
-                  "beside a colocated GRPO engine on the same GPU, e.g. 0.2)."},
-    )  # fmt: skip
+        metadata={
+            "help": "reranker_serve / vllm on a GPU: its share of GPU memory (0: vLLM's default, 0.9; "
+            "beside a colocated GRPO engine on the same GPU, e.g. 0.2)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if bool(self.index) == bool(self.retriever_url):
@@ -127,9 +134,14 @@ class SearchConfig:
     def reranker(self) -> LLMConfig:
         """The reranker as an `open_llm` config."""
         tokenizer = self.reranker_tokenizer or (self.reranker_model if self.reranker_serve else "")
-        return LLMConfig(backend=self.reranker_backend, model=self.reranker_model,
-                             base_url=self.reranker_base_url, tokenizer=tokenizer, serve=self.reranker_serve,
-                             gpu_memory_utilization=self.reranker_gpu_memory_utilization)  # fmt: skip
+        return LLMConfig(
+            backend=self.reranker_backend,
+            model=self.reranker_model,
+            base_url=self.reranker_base_url,
+            tokenizer=tokenizer,
+            serve=self.reranker_serve,
+            gpu_memory_utilization=self.reranker_gpu_memory_utilization,
+        )
 
 
 @dataclass
@@ -154,9 +166,13 @@ class EnvCounters:
     reranker_pairs_requested: int = 0  # pairs that judging every query on its own would have cost
 
     def as_dict(self) -> dict[str, int]:
-        return {"queries": self.queries, "unique_queries": self.unique_queries,
-                "reranker_pairs": self.reranker_pairs, "reranker_calls": self.reranker_calls,
-                "reranker_pairs_requested": self.reranker_pairs_requested}  # fmt: skip
+        return {
+            "queries": self.queries,
+            "unique_queries": self.unique_queries,
+            "reranker_pairs": self.reranker_pairs,
+            "reranker_calls": self.reranker_calls,
+            "reranker_pairs_requested": self.reranker_pairs_requested,
+        }
 
 
 def normalize_query(query: str) -> str:

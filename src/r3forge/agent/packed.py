@@ -39,8 +39,18 @@ from trl import GRPOTrainer
 
 from r3forge.errors import ConfigError
 
-MULTIMODAL = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-              "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")  # fmt: skip
+MULTIMODAL = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 @dataclass
@@ -55,8 +65,9 @@ class Row:
     tokens: int = 0
 
 
-def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor,
-         budget: int | None) -> list[Row]:  # fmt: skip
+def pack(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor, budget: int | None
+) -> list[Row]:
     """Pack the real tokens of a TRL batch into rows of at most `budget` tokens (None: one row per rollout's
     length at least, i.e. the longest rollout).
 
@@ -111,8 +122,9 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torc
     return rows
 
 
-def score_rows(model: Any, rows: list[Row], shape: tuple[int, int], compute_entropy: bool,
-               accelerator: Any) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+def score_rows(
+    model: Any, rows: list[Row], shape: tuple[int, int], compute_entropy: bool, accelerator: Any
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Forward each packed row through the model with TRL's fused head and scatter the scored positions
     back to `[B, C]` (zeros elsewhere): (log-probs, entropies or None)."""
     values: list[torch.Tensor] = []
@@ -121,8 +133,12 @@ def score_rows(model: Any, rows: list[Row], shape: tuple[int, int], compute_entr
     for row in rows:
         ids = torch.cat(row.ids)[None]  # [1, T]
         with accelerator.autocast():
-            out = model(input_ids=ids, position_ids=torch.cat(row.positions)[None],
-                        labels=torch.cat(row.labels)[None], fused_lm_head=True)  # fmt: skip
+            out = model(
+                input_ids=ids,
+                position_ids=torch.cat(row.positions)[None],
+                labels=torch.cat(row.labels)[None],
+                fused_lm_head=True,
+            )
         src = torch.cat(row.src)
         values.append(out.log_probs[0, src])  # out.log_probs: [1, T - 1]
         if compute_entropy:
@@ -187,15 +203,28 @@ class PackedGRPOTrainer(GRPOTrainer):
             return torch.stack(rows) * attention_mask[:, -c:]
         return attention_mask[:, -c:]
 
-    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor,
-                                           attention_mask: torch.Tensor, logits_to_keep: int,
-                                           batch_size: int | None = None, compute_entropy: bool = False,
-                                           compute_aux_loss: bool = False, **multimodal: Any) -> tuple:  # fmt: skip
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple:
         if compute_aux_loss or any(multimodal.get(k) is not None for k in MULTIMODAL):
             return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                compute_aux_loss, **multimodal,
-            )  # fmt: skip
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
         mask = self.score_mask(attention_mask, logits_to_keep)
         rows = pack(input_ids, attention_mask, mask, self.max_tokens_per_microbatch)
         if dist.is_available() and dist.is_initialized() and self.accelerator.num_processes > 1:
@@ -204,8 +233,12 @@ class PackedGRPOTrainer(GRPOTrainer):
             pad_id = getattr(self.processing_class, "pad_token_id", None) or 0
             rows += [pad_row(pad_id, input_ids.device) for _ in range(int(count) - len(rows))]
         logps, entropies = score_rows(model, rows, tuple(mask.shape), compute_entropy, self.accelerator)
-        step = {"padded_tokens": input_ids.numel(), "packed_tokens": sum(r.tokens for r in rows),
-                "scored_positions": sum(len(i) for r in rows for i in r.src), "forwards": len(rows)}  # fmt: skip
+        step = {
+            "padded_tokens": input_ids.numel(),
+            "packed_tokens": sum(r.tokens for r in rows),
+            "scored_positions": sum(len(i) for r in rows for i in r.src),
+            "forwards": len(rows),
+        }
         for key, value in step.items():
             self.packing_stats[key] += value
         # the trained batch (not old / reference log-probs) is logged, summed over ranks

@@ -48,18 +48,33 @@ class PolicyEngine:
 
     enable_sleep_mode = False  # read by r3forge.agent.grpo.awake (TRL's engine attribute of the same name)
 
-    def __init__(self, model: Any, folder: str | Path, max_model_len: int, kv_cache_gib: int = 2,
-                 gpu_memory_utilization: float = 0.4, seed: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        folder: str | Path,
+        max_model_len: int,
+        kv_cache_gib: int = 2,
+        gpu_memory_utilization: float = 0.4,
+        seed: int = 0,
+    ):
         if hasattr(model, "peft_config"):
-            raise ConfigError("rollout_engine: vllm needs full-weight training (use_peft: false); a LoRA policy's "
-                              "adapters would have to be merged before every weight push")  # fmt: skip
+            raise ConfigError(
+                "rollout_engine: vllm needs full-weight training (use_peft: false); a LoRA policy's "
+                "adapters would have to be merged before every weight push"
+            )
         # the weights go to the engine's worker process as arguments of a function (collective_rpc)
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         self.model = model
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        config = VLLMEngineConfig(model=str(folder), dtype=dtype, max_model_len=max_model_len,
-                                  cpu_kvcache_gib=kv_cache_gib, gpu_memory_utilization=gpu_memory_utilization,
-                                  seed=seed, logprobs_mode="processed_logprobs")  # fmt: skip
+        config = VLLMEngineConfig(
+            model=str(folder),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            cpu_kvcache_gib=kv_cache_gib,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+        )
         # the weights travel as a file on this host: /dev/shm (memory) where there is one
         shm = Path("/dev/shm")
         self.tmp = Path(tempfile.mkdtemp(prefix="r3forge-policy-", dir=shm if shm.is_dir() else None))

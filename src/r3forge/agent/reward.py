@@ -193,8 +193,12 @@ def scored_texts(completions: Sequence[Any], sampled_completions: Sequence[str] 
     return list(sampled_completions)
 
 
-def answer_reward(completions: Sequence[Any], answers: Sequence[Sequence[str]],
-                  sampled_completions: Sequence[str] | None = None, **kwargs: Any) -> list[float]:  # fmt: skip
+def answer_reward(
+    completions: Sequence[Any],
+    answers: Sequence[Sequence[str]],
+    sampled_completions: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     """TRL reward function: EM of the final answer with the format bonus/penalty (see the module docstring).
 
     Only the completions are scored; the prompts (which may quote tags or even the answer) never are.

@@ -125,8 +125,9 @@ def stop_index(pieces: Sequence[str], stop: Sequence[str]) -> int | None:
 class HFPolicy:
     """transformers `generate` with a (live) causal LM; sampling logprobs from the raw logits / temperature."""
 
-    def __init__(self, model: Any, tokenizer: Any, temperature: float = 1.0, top_p: float = 1.0,
-                 batch_size: int = 16):  # fmt: skip
+    def __init__(
+        self, model: Any, tokenizer: Any, temperature: float = 1.0, top_p: float = 1.0, batch_size: int = 16
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
         self.eos_id = tokenizer.eos_token_id
@@ -155,14 +156,19 @@ class HFPolicy:
     def _batch(self, prompts: Sequence[list[int]], max_new_tokens: int) -> list[Turn]:
         batch = self.tokenizer.pad(
             {"input_ids": list(prompts)}, padding=True, padding_side="left", return_tensors="pt"
-        ).to(self.model.device)  # [B, P] fmt: skip
+        ).to(self.model.device)  # [B, P]
         sampling = self.temperature > 0
         out = self.model.generate(
-            **batch, do_sample=sampling, max_new_tokens=max_new_tokens, eos_token_id=self.eos_id,
-            pad_token_id=self.pad_id, stopping_criteria=self.stop, output_logits=True,
+            **batch,
+            do_sample=sampling,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=self.eos_id,
+            pad_token_id=self.pad_id,
+            stopping_criteria=self.stop,
+            output_logits=True,
             return_dict_in_generate=True,
             **({"temperature": self.temperature, "top_p": self.top_p, "top_k": 0} if sampling else {}),
-        )  # fmt: skip
+        )
         new = out.sequences[:, batch["input_ids"].shape[1] :]  # [B, T]
         scale = self.temperature if sampling else 1.0
         chosen = torch.stack(  # one step at a time, never a [B, T, V] tensor
@@ -171,7 +177,7 @@ class HFPolicy:
                 for t, lg in enumerate(out.logits)
             ],
             dim=1,
-        )  # [B, T] fmt: skip
+        )  # [B, T]
         turns = []
         for row, lps in zip(new.tolist(), chosen.tolist(), strict=True):
             n, finish = len(row), "length"
@@ -197,9 +203,16 @@ class VLLMPolicy:
         "</sea<|im_start|>rch>" does not stop there."""
         from vllm import SamplingParams  # only on this path (vLLM installed)
 
-        return SamplingParams(n=1, temperature=self.temperature, top_p=self.top_p, max_tokens=max_new_tokens,
-                              stop=list(STOP), include_stop_str_in_output=True, logprobs=0,
-                              skip_special_tokens=False)  # fmt: skip
+        return SamplingParams(
+            n=1,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=max_new_tokens,
+            stop=list(STOP),
+            include_stop_str_in_output=True,
+            logprobs=0,
+            skip_special_tokens=False,
+        )
 
     def turn(self, c: Any) -> Turn:
         """A vLLM `CompletionOutput` as a `Turn`."""
@@ -250,10 +263,12 @@ def check_text_encoding(tokenizer: Any) -> None:
     with it, a retrieved document could write control tokens into the policy's context."""
     for i, text in special_ids(tokenizer).items():
         if i in encode_text(tokenizer, text):
-            raise ConfigError(f"tokenizer {getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}: "
-                              f"encodes the text {text!r} as its special id {i} even with "
-                              "split_special_tokens=True; observations need it so that document text never "
-                              "becomes a control token (use a transformers tokenizer that supports it)")  # fmt: skip
+            raise ConfigError(
+                f"tokenizer {getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}: "
+                f"encodes the text {text!r} as its special id {i} even with "
+                "split_special_tokens=True; observations need it so that document text never "
+                "becomes a control token (use a transformers tokenizer that supports it)"
+            )
 
 
 def sampled_text(tokenizer: Any, ids: Sequence[int]) -> str:

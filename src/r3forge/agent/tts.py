@@ -130,8 +130,16 @@ class Branch:
     l: float = 0.0  # noqa: E741
 
 
-def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenizer: Any, rollout: RolloutConfig,
-                     tts: TTSConfig, rng: random.Random, budget: int | None = None) -> list[str]:  # fmt: skip
+def relevance_guided(
+    prompt: list[int],
+    policy: Policy,
+    env: SearchEnv,
+    tokenizer: Any,
+    rollout: RolloutConfig,
+    tts: TTSConfig,
+    rng: random.Random,
+    budget: int | None = None,
+) -> list[str]:
     """Algorithm A1 for one question; returns F (the final answers, at most N).
 
     `budget`: completion tokens of one branch (its turns, observations and corrections), as a majority-vote
@@ -140,9 +148,16 @@ def relevance_guided(prompt: list[int], policy: Policy, env: SearchEnv, tokenize
     return relevance_guided_batch([prompt], policy, env, tokenizer, rollout, tts, rng, [budget])[0]
 
 
-def relevance_guided_batch(prompts: list[list[int]], policy: Policy, env: SearchEnv, tokenizer: Any,
-                           rollout: RolloutConfig, tts: TTSConfig, rng: random.Random,
-                           budgets: list[int | None]) -> list[list[str]]:  # fmt: skip
+def relevance_guided_batch(
+    prompts: list[list[int]],
+    policy: Policy,
+    env: SearchEnv,
+    tokenizer: Any,
+    rollout: RolloutConfig,
+    tts: TTSConfig,
+    rng: random.Random,
+    budgets: list[int | None],
+) -> list[list[str]]:
     """`relevance_guided` for several questions in lockstep: each question keeps its own branches, F, budget,
     s_best and de-duplication (one environment call per question and iteration); only their turns are
     generated together, one `policy.generate` per iteration."""
@@ -181,8 +196,10 @@ def relevance_guided_batch(prompts: list[list[int]], policy: Policy, env: Search
             if not asked:
                 continue
             observations = env.observe([a for _, _, a in asked])  # one batched, de-duplicated call
-            best = {o.query: (o.scores[0] if o.scores else 0.0, o.tiebreak[0] if o.tiebreak else math.nan)
-                    for o in observations}  # fmt: skip
+            best = {
+                o.query: (o.scores[0] if o.scores else 0.0, o.tiebreak[0] if o.tiebreak else math.nan)
+                for o in observations
+            }
             s_best = max(s for s, _ in best.values())
             for (b, ids, _), obs in zip(asked, observations, strict=True):
                 s_q, l_q = best[obs.query]
@@ -196,16 +213,28 @@ def relevance_guided_batch(prompts: list[list[int]], policy: Policy, env: Search
     return [final[: tts.samples] for final in finals]
 
 
-def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_config: EnvConfig,
-         rollout: RolloutConfig) -> dict[str, Any]:  # fmt: skip
+def main(
+    config: EvalAgentConfig,
+    tts: TTSConfig,
+    search: SearchConfig,
+    env_config: EnvConfig,
+    rollout: RolloutConfig,
+) -> dict[str, Any]:
     """Run each strategy on the same questions; write rows.jsonl and summary.json (accuracy and calls)."""
     if config.temperature <= 0:
         raise ConfigError("eval tts samples: set temperature > 0 (e.g. 1.0)")
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_config((config, tts, search, env_config, rollout), out / "config.yaml")
-    rows = load_agent_rows(config.dataset, config.split, config.heldout_fraction, env_config.observation,
-                     config.max_questions, config.qa_format, config.example)  # fmt: skip
+    rows = load_agent_rows(
+        config.dataset,
+        config.split,
+        config.heldout_fraction,
+        env_config.observation,
+        config.max_questions,
+        config.qa_format,
+        config.example,
+    )
     summary: dict[str, Any] = {"questions": len(rows), "samples": tts.samples, "model": config.model}
     results: dict[str, list[dict[str, Any]]] = {}
     per_batch = max(1, config.batch_size // tts.samples)  # questions whose samples are generated together
@@ -228,8 +257,15 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
                     )
                 else:  # N samples of each question; its own group: de-duplication stays within the question
                     n = tts.samples
-                    rs = run_rollouts([p for p in prompts for _ in range(n)], policy, env, tokenizer, rollout,
-                                      [b for b in budgets for _ in range(n)], [q // n for q in range(n * len(batch))])  # fmt: skip
+                    rs = run_rollouts(
+                        [p for p in prompts for _ in range(n)],
+                        policy,
+                        env,
+                        tokenizer,
+                        rollout,
+                        [b for b in budgets for _ in range(n)],
+                        [q // n for q in range(n * len(batch))],
+                    )
                     texts = [sampled_text(tokenizer, r.completion_ids) for r in rs]
                     parsed = [parse_completion(x).answer for x in texts]
                     votes = [
@@ -237,14 +273,25 @@ def main(config: EvalAgentConfig, tts: TTSConfig, search: SearchConfig, env_conf
                     ]
                 for row, answers in zip(batch, votes, strict=True):
                     vote = majority(answers)
-                    scored.append({"id": row["id"], "answers": row["answers"], "votes": answers, "prediction": vote,
-                                   "em": exact_match(vote, row["answers"]), "f1": f1_score(vote, row["answers"])})  # fmt: skip
+                    scored.append(
+                        {
+                            "id": row["id"],
+                            "answers": row["answers"],
+                            "votes": answers,
+                            "prediction": vote,
+                            "em": exact_match(vote, row["answers"]),
+                            "f1": f1_score(vote, row["answers"]),
+                        }
+                    )
                 print(f"eval tts {strategy}: {len(scored)}/{len(rows)}", file=sys.stderr)
             results[strategy] = scored
             n = len(scored)
-            summary[strategy] = {"em": sum(r["em"] for r in scored) / n, "f1": sum(r["f1"] for r in scored) / n,
-                                 "answers_per_question": sum(len(r["votes"]) for r in scored) / n,
-                                 **env.counters.as_dict()}  # fmt: skip
+            summary[strategy] = {
+                "em": sum(r["em"] for r in scored) / n,
+                "f1": sum(r["f1"] for r in scored) / n,
+                "answers_per_question": sum(len(r["votes"]) for r in scored) / n,
+                **env.counters.as_dict(),
+            }
             # after each strategy: an interrupted run keeps the strategies it finished
             write_results(out, summary, results)
     print(json.dumps(summary))

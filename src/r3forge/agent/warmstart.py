@@ -49,8 +49,11 @@ class WarmstartArgs:
 
 def write_warmstart(args: WarmstartArgs, search: SearchConfig, env_config: EnvConfig) -> dict[str, Any]:
     """Build the rows with the real environment (one batched observe per hop index)."""
-    records = [r | {"answers": golds} for r in load_qa(args.dataset, format=args.qa_format)
-               if not is_heldout(r["id"], args.heldout_fraction) and (golds := answerable(r["answers"]))]  # fmt: skip
+    records = [
+        r | {"answers": golds}
+        for r in load_qa(args.dataset, format=args.qa_format)
+        if not is_heldout(r["id"], args.heldout_fraction) and (golds := answerable(r["answers"]))
+    ]
     records = records[: args.max_questions]
     with ExitStack() as stack:
         env: SearchEnv = open_env(stack, search, env_config)
@@ -61,9 +64,14 @@ def write_warmstart(args: WarmstartArgs, search: SearchConfig, env_config: EnvCo
             for i, obs in zip(todo, env.observe([chains[i][k][0] for i in todo]), strict=True):
                 observed[i].append(obs.text)
     out = Path(args.output)
-    rows = [{"id": r["id"], "prompt": instruction(r["question"], env_config.observation, args.example),
-             "completion": [{"role": "assistant", "content": trajectory(r, obs)}]}
-            for r, obs in zip(records, observed, strict=True)]  # fmt: skip
+    rows = [
+        {
+            "id": r["id"],
+            "prompt": instruction(r["question"], env_config.observation, args.example),
+            "completion": [{"role": "assistant", "content": trajectory(r, obs)}],
+        }
+        for r, obs in zip(records, observed, strict=True)
+    ]
     write_jsonl(out, rows)
     stats = {"rows": len(records), "searches": env.counters.queries, "output": str(out)}
     print(json.dumps(stats))

@@ -104,8 +104,12 @@ def paraphrase_row(record: dict[str, Any], template: str, system_prompt: str = "
     prompt = chat_prompt(user, system_prompt)
     completion = [{"role": "assistant", "content": f"Paraphrase: {record['paraphrase']}"}]
     # split and dedup by document: a paraphrase does not depend on the question
-    return {"prompt": prompt, "completion": completion, "question_id": str(record["doc_id"]),
-            "doc_id": str(record["doc_id"])}  # fmt: skip
+    return {
+        "prompt": prompt,
+        "completion": completion,
+        "question_id": str(record["doc_id"]),
+        "doc_id": str(record["doc_id"]),
+    }
 
 
 def judged(records: list[dict[str, Any]], keys: list[str], judge_dir: str) -> list[dict[str, Any]]:

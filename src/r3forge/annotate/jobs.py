@@ -173,9 +173,15 @@ def verbal_main(
 
     def make_step(tokenizer: Any) -> VerbalAnnotationStep:
         return VerbalAnnotationStep(
-            config.template_path, checks, config.temperature, config.max_tokens, config.top_logprobs,
-            config.prefill, config.few_shot, tokenizer,
-        )  # fmt: skip
+            config.template_path,
+            checks,
+            config.temperature,
+            config.max_tokens,
+            config.top_logprobs,
+            config.prefill,
+            config.few_shot,
+            tokenizer,
+        )
 
     def report() -> None:
         labels = {(i["question_id"], i["doc_id"]): i["relevance"] for i in items}
@@ -192,9 +198,14 @@ def judge_main(config: JudgeConfig, teacher: LLMConfig, run: RunConfig, hub: Hub
 
     def make_step(tokenizer: Any) -> JudgeStep:
         return JudgeStep(
-            config.template_path, config.temperature, config.max_tokens, config.top_logprobs,
-            config.prefill, config.few_shot, tokenizer,
-        )  # fmt: skip
+            config.template_path,
+            config.temperature,
+            config.max_tokens,
+            config.top_logprobs,
+            config.prefill,
+            config.few_shot,
+            tokenizer,
+        )
 
     def report() -> None:
         figures = judge_report(run.output_dir, [{"annotation_key": i["annotation_key"]} for i in items])

@@ -31,16 +31,26 @@ YES, NO = ("yes", "true", "reasonable", "approved"), ("no", "false", "unreasonab
 # few-shot demos: ((question, title, document, comment, score), answer); used only with `few_shot`
 DEMOS = (
     (
-        ("Who wrote Hamlet?", "Hamlet", "Hamlet is a tragedy written by William Shakespeare.",
-         "It states that Shakespeare wrote Hamlet, which answers the question.", 5),
+        (
+            "Who wrote Hamlet?",
+            "Hamlet",
+            "Hamlet is a tragedy written by William Shakespeare.",
+            "It states that Shakespeare wrote Hamlet, which answers the question.",
+            5,
+        ),
         "Verdict: yes\nReason: The document names the author, so the comment is right and 5 fits.",
     ),
     (
-        ("What is the capital of Peru?", "Tulip", "The tulip is a flowering plant of the lily family.",
-         "It states that Lima is the capital of Peru.", 5),
+        (
+            "What is the capital of Peru?",
+            "Tulip",
+            "The tulip is a flowering plant of the lily family.",
+            "It states that Lima is the capital of Peru.",
+            5,
+        ),
         "Verdict: no\nReason: The document is about a plant; the comment invents a fact and 5 is too high.",
     ),
-)  # fmt: skip
+)
 
 
 def load_template(path: str | None = None) -> tuple[str, str]:
@@ -103,9 +113,14 @@ class JudgeStep:
         fields = ("question", "doc_title", "doc_text", "comment", "score")
         turns.append({"role": "user", "content": self.render(*(item[k] for k in fields))})
         return chat_request(
-            turns, self.prefill, self.tokenizer, "JudgeStep",
-            temperature=self.temperature, max_tokens=self.max_tokens, top_logprobs=self.top_logprobs,
-        )  # fmt: skip
+            turns,
+            self.prefill,
+            self.tokenizer,
+            "JudgeStep",
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            top_logprobs=self.top_logprobs,
+        )
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
         choice = result.choices[0]

@@ -68,20 +68,27 @@ class RulesConfig:
     )
     doc_max_words: int = field(
         default=0,
-        metadata={"help": "Label each passage cut to its first N words, as the search agent's environment "
-                  "shows it (its doc_max_words); 0: the whole passage.", "min": 0},
-    )  # fmt: skip
+        metadata={
+            "help": "Label each passage cut to its first N words, as the search agent's environment "
+            "shows it (its doc_max_words); 0: the whole passage.",
+            "min": 0,
+        },
+    )
     sub_questions: bool = field(
         default=False,
-        metadata={"help": "Also label each multi-hop question's sub-questions (records' `sub_questions`, "
-                  "aligned with `supporting_facts`), the hop's supporting passage as the gold one."},
-    )  # fmt: skip
+        metadata={
+            "help": "Also label each multi-hop question's sub-questions (records' `sub_questions`, "
+            "aligned with `supporting_facts`), the hop's supporting passage as the gold one."
+        },
+    )
     cite_all: bool = field(
         default=False,
-        metadata={"help": "Every comment opens with a quote of the passage: a distractor's sentence nearest the "
-                  "question too (It states that \"...\", which the question does not concern), so a student "
-                  "first copies the evidence, then judges it."},
-    )  # fmt: skip
+        metadata={
+            "help": "Every comment opens with a quote of the passage: a distractor's sentence nearest the "
+            'question too (It states that "...", which the question does not concern), so a student '
+            "first copies the evidence, then judges it."
+        },
+    )
     overwrite: bool = field(
         default=False, metadata={"help": "Move an existing output folder aside to <folder>.replaced-<time>."}
     )
@@ -148,7 +155,9 @@ def rule_label(record: dict, passage: dict, cite_all: bool = False) -> tuple[int
         sentence = cited(sentences(full) or [full], record, passage, answers)
         cut = full != passage["text"] and " ".join(sentence.split()) not in passage["text"]  # doc_max_words
         if cut and not has_answer:  # the fact is not shown: labelled as what is shown
-            return rule_label(record, {k: v for k, v in passage.items() if k != "full_text"} | {"relevance": 0}, cite_all)  # fmt: skip
+            return rule_label(
+                record, {k: v for k, v in passage.items() if k != "full_text"} | {"relevance": 0}, cite_all
+            )
         if cut:
             sentence = evidence(split, record, answers)  # the shown sentence with the answer
         if has_answer or passage["relevance"] >= 2:
@@ -169,7 +178,10 @@ def rule_label(record: dict, passage: dict, cite_all: bool = False) -> tuple[int
     if question and len(shared) >= len(question) / 2:
         if cite_all:
             return 2, f"{nearest}, which is related to the question but says nothing it needs."
-        return 2, f"It is about {passage['title']} and mentions {', '.join(shared[:3])}, but says nothing the question needs."  # fmt: skip
+        return (
+            2,
+            f"It is about {passage['title']} and mentions {', '.join(shared[:3])}, but says nothing the question needs.",
+        )
     if cite_all:
         return 1, f"{nearest}, which the question does not concern."
     return 1, f"It is about {passage['title']}, which the question does not concern."
@@ -210,8 +222,15 @@ def sub_records(record: dict) -> list[dict]:
     for i, (sub, fact) in enumerate(zip(subs, facts, strict=True), 1):
         gold = [p["title"] == fact["title"] and p["relevance"] > 0 for p in record["passages"]]
         passages = [p | {"relevance": 2 if g else 0} for p, g in zip(record["passages"], gold, strict=True)]
-        out.append({"id": f"{record['id']}-sub{i}", "question": sub["question"], "answers": [sub["answer"]],
-                    "passages": passages, "supporting_facts": [fact]})  # fmt: skip
+        out.append(
+            {
+                "id": f"{record['id']}-sub{i}",
+                "question": sub["question"],
+                "answers": [sub["answer"]],
+                "passages": passages,
+                "supporting_facts": [fact],
+            }
+        )
     return out
 
 
@@ -235,9 +254,18 @@ def _labelled(record: dict, group: str, doc_max_words: int, cite_all: bool) -> I
     for full in record["passages"]:
         passage = shown(full, doc_max_words)
         score, comment = rule_label(record, passage, cite_all)
-        yield {"question_id": str(record["id"]), "group_id": group, "question": record["question"], "doc_id": passage["id"],
-               "doc_title": passage["title"], "doc_text": passage["text"], "comment": comment,
-               "score": score, "score_logprob": None, "relevance": passage["relevance"]}  # fmt: skip
+        yield {
+            "question_id": str(record["id"]),
+            "group_id": group,
+            "question": record["question"],
+            "doc_id": passage["id"],
+            "doc_title": passage["title"],
+            "doc_text": passage["text"],
+            "comment": comment,
+            "score": score,
+            "score_logprob": None,
+            "relevance": passage["relevance"],
+        }
 
 
 def rules_main(config: RulesConfig) -> dict[str, int]:
@@ -246,9 +274,15 @@ def rules_main(config: RulesConfig) -> dict[str, int]:
     if out.exists() and any(out.iterdir()) and not config.overwrite:
         raise ConfigError(f"{out}: exists and is not empty; pass --overwrite or choose another folder")
     records = list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
-    export = ExportSFTConfig(input_dir=config.qa_path, output_dir=str(out), system_prompt=config.system_prompt,
-                             validation_fraction=config.validation_fraction, seed=config.seed,
-                             max_per_score=config.max_per_score, score_first=config.score_first)  # fmt: skip
+    export = ExportSFTConfig(
+        input_dir=config.qa_path,
+        output_dir=str(out),
+        system_prompt=config.system_prompt,
+        validation_fraction=config.validation_fraction,
+        seed=config.seed,
+        max_per_score=config.max_per_score,
+        score_first=config.score_first,
+    )
     template, _ = load_template(None)
     dsd = build_sft(
         rule_annotations(records, config.doc_max_words, config.sub_questions, config.cite_all),

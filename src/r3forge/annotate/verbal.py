@@ -280,9 +280,14 @@ class VerbalAnnotationStep:
 
     def prompt(self, item: dict) -> GenerationRequest:
         return chat_request(
-            self.messages(item), self.prefill, self.tokenizer, "VerbalAnnotationStep",
-            temperature=self.temperature, max_tokens=self.max_tokens, top_logprobs=self.top_logprobs,
-        )  # fmt: skip
+            self.messages(item),
+            self.prefill,
+            self.tokenizer,
+            "VerbalAnnotationStep",
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            top_logprobs=self.top_logprobs,
+        )
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
         choice = result.choices[0]

@@ -112,8 +112,9 @@ class OpenAIHTTPBackend:
         self.config = config or OpenAIHTTPConfig()
         self.stats = HTTPStats()
         cfg = self.config
-        self._backoff = Backoff(cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, cfg.max_retry_after_s,
-                                cfg.jitter_seed)  # fmt: skip
+        self._backoff = Backoff(
+            cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, cfg.max_retry_after_s, cfg.jitter_seed
+        )
         self._model = self.config.model
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:

@@ -54,10 +54,12 @@ class VLLMEngineConfig:
     cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV-cache size on CPU builds (GiB)."})
     logprobs_mode: str = field(
         default="raw_logprobs",
-        metadata={"help": "vLLM's logprobs_mode: raw_logprobs (the model's distribution, as on the other "
-                  "backends) or processed_logprobs (after temperature and top-p: the sampling distribution an "
-                  "RL trainer's importance correction compares with)."},
-    )  # fmt: skip
+        metadata={
+            "help": "vLLM's logprobs_mode: raw_logprobs (the model's distribution, as on the other "
+            "backends) or processed_logprobs (after temperature and top-p: the sampling distribution an "
+            "RL trainer's importance correction compares with)."
+        },
+    )
     enforce_eager: bool = field(
         default=True, metadata={"help": "Skip CUDA-graph capture / compilation (fast start, small models)."}
     )

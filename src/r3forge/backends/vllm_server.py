@@ -71,9 +71,11 @@ class ServeLLMConfig:
     cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV-cache size on CPU builds (GiB)."})
     gpu_memory_utilization: float = field(
         default=0.0,
-        metadata={"help": "GPU builds: share of GPU memory the server may take (0: vLLM's 0.9); lower it to share "
-                  "a GPU (e.g. a reranker beside a colocated GRPO engine)."},
-    )  # fmt: skip
+        metadata={
+            "help": "GPU builds: share of GPU memory the server may take (0: vLLM's 0.9); lower it to share "
+            "a GPU (e.g. a reranker beside a colocated GRPO engine)."
+        },
+    )
     startup_timeout_s: float = field(default=600.0, metadata={"help": "How long to wait for /health (s)."})
     log_file: str = field(default="", metadata={"help": "Server log (VLLMServer); empty: a temporary file."})
     dry_run: bool = field(default=False, metadata={"help": "Print the command and exit (r3forge serve llm)."})

@@ -29,10 +29,17 @@ INSTRUCTION = (
 )
 CLOSED_BOOK = "Answer the question. Give only the answer, a short phrase, no sentence."
 DEMOS = (
-    (["The Eiffel Tower was completed in 1889 for the World's Fair in Paris."],
-     "When was the Eiffel Tower completed?", "1889"),
-    (["Hamlet is a tragedy by William Shakespeare, set in Denmark."], "Who wrote Hamlet?", "William Shakespeare"),
-)  # fmt: skip
+    (
+        ["The Eiffel Tower was completed in 1889 for the World's Fair in Paris."],
+        "When was the Eiffel Tower completed?",
+        "1889",
+    ),
+    (
+        ["Hamlet is a tragedy by William Shakespeare, set in Denmark."],
+        "Who wrote Hamlet?",
+        "William Shakespeare",
+    ),
+)
 
 
 def prompt_text(question: str, documents: list[str]) -> str:
@@ -78,8 +85,10 @@ class AnswerStep:
     def prompt(self, item: dict) -> GenerationRequest:
         turns = []
         for documents, question, answer in DEMOS if self.few_shot else ():
-            turns += [{"role": "user", "content": prompt_text(question, documents)},
-                      {"role": "assistant", "content": answer}]  # fmt: skip
+            turns += [
+                {"role": "user", "content": prompt_text(question, documents)},
+                {"role": "assistant", "content": answer},
+            ]
         messages = [*turns, {"role": "user", "content": prompt_text(item["question"], item["documents"])}]
         if self.tokenizer is None or not self.cue:
             return GenerationRequest(messages=messages, temperature=0.0, max_tokens=self.max_tokens)
@@ -91,5 +100,9 @@ class AnswerStep:
         if not answer:
             return Rejected("empty_answer", "the generator gave no answer")
         golds = list(item["answers"])
-        return {**self.key(item), "answer": answer, "em": exact_match(answer, golds) if golds else 0.0,
-                "f1": f1_score(answer, golds) if golds else 0.0}  # fmt: skip
+        return {
+            **self.key(item),
+            "answer": answer,
+            "em": exact_match(answer, golds) if golds else 0.0,
+            "f1": f1_score(answer, golds) if golds else 0.0,
+        }

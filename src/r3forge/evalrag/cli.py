@@ -48,8 +48,13 @@ def rag(argv: list[str]) -> int:
     configs = parse_config(pipeline.EVAL_CONFIGS, argv, prog="r3forge eval rag")
     check_models(*configs)
     config = configs[0]
-    claim(config.output_dir, "eval rag", settings(configs, drop=SWEEP), config.overwrite,
-          legacy=("config.yaml", "rows.jsonl"))  # fmt: skip
+    claim(
+        config.output_dir,
+        "eval rag",
+        settings(configs, drop=SWEEP),
+        config.overwrite,
+        legacy=("config.yaml", "rows.jsonl"),
+    )
     pipeline.eval_main(*configs)
     return 0
 

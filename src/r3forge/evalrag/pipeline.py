@@ -67,8 +67,10 @@ def load_questions(config: EvalRagConfig) -> list[dict]:
         getattr(retriever, "close", lambda: None)()
     out: dict[str, dict] = {}
     for it in items:
-        q = out.setdefault(it["question_id"], {"id": it["question_id"], "question": it["question"],
-                                               "answers": it["answers"], "candidates": []})  # fmt: skip
+        q = out.setdefault(
+            it["question_id"],
+            {"id": it["question_id"], "question": it["question"], "answers": it["answers"], "candidates": []},
+        )
         relevance = -1 if it["relevance"] is None else int(it["relevance"])
         text = it["doc_text"]
         if config.passage_max_words:
@@ -102,8 +104,13 @@ def ranking_metrics(ranking: list[str], qrels: dict[str, int] | None) -> dict[st
 
 
 def select_config(m: int, t: float, config: EvalRagConfig) -> SelectConfig:
-    return SelectConfig(threshold=t, top_m=m, token_budget=config.token_budget, min_pass=config.min_pass,
-                        gate_nu=config.gate_nu)  # fmt: skip
+    return SelectConfig(
+        threshold=t,
+        top_m=m,
+        token_budget=config.token_budget,
+        min_pass=config.min_pass,
+        gate_nu=config.gate_nu,
+    )
 
 
 def select_points(method: str, scored: dict, tokens: list[int], config: EvalRagConfig) -> list[dict]:
@@ -166,21 +173,34 @@ def answer_all(items: list[dict], generator: LLM, config: EvalRagConfig) -> dict
     folder = (
         Path(config.output_dir) / "answers" / identity_folder(generator.model_id)
     )  # one cache per generator
-    engine = EngineConfig(output_dir=str(folder), model=generator.model_id,
-                          batch_size=config.batch_size, progress=config.progress)  # fmt: skip
+    engine = EngineConfig(
+        output_dir=str(folder),
+        model=generator.model_id,
+        batch_size=config.batch_size,
+        progress=config.progress,
+    )
     run_step(step, items, generator.backend, engine)
     out = {}
     for key, r in rejected_keys(engine.output_dir):
-        out[(key["question_id"], key["evidence_sha256"])] = {"answer": "", "em": 0.0, "f1": 0.0,
-                                                             "tk": r["prompt_tokens"]}  # fmt: skip
+        out[(key["question_id"], key["evidence_sha256"])] = {
+            "answer": "",
+            "em": 0.0,
+            "f1": 0.0,
+            "tk": r["prompt_tokens"],
+        }
     for r in load_accepted(engine.output_dir):
-        out[(r["question_id"], r["evidence_sha256"])] = {"answer": r["answer"], "em": r["em"], "f1": r["f1"],
-                                                         "tk": r["prompt_tokens"]}  # fmt: skip
+        out[(r["question_id"], r["evidence_sha256"])] = {
+            "answer": r["answer"],
+            "em": r["em"],
+            "f1": r["f1"],
+            "tk": r["prompt_tokens"],
+        }
     return out
 
 
-def sweep_rows(questions: list[dict], scores: dict[str, dict], tokens: dict[str, list[int]],
-               config: EvalRagConfig) -> tuple[list[dict], list[dict]]:  # fmt: skip
+def sweep_rows(
+    questions: list[dict], scores: dict[str, dict], tokens: dict[str, list[int]], config: EvalRagConfig
+) -> tuple[list[dict], list[dict]]:
     """(rows without answers, answer items): one row per question x method x sweep point."""
     rows, items, dataset = [], {}, config.dataset or Path(config.qa_path).stem
     for q in questions:
@@ -189,16 +209,30 @@ def sweep_rows(questions: list[dict], scores: dict[str, dict], tokens: dict[str,
             scored = scores[method][q["id"]]
             for p in select_points(method, scored, tokens[q["id"]], config):
                 docs = evidence(method, scored, q["candidates"], p["indices"], config.inject_comments)
-                item = {"question_id": q["id"], "question": q["question"], "answers": q["answers"],
-                        "documents": docs}  # fmt: skip
+                item = {
+                    "question_id": q["id"],
+                    "question": q["question"],
+                    "answers": q["answers"],
+                    "documents": docs,
+                }
                 key = (q["id"], evidence_sha(docs))
                 items[key] = item
-                rows.append({"dataset": dataset, "question_id": q["id"], "method": method, "top_m": p["top_m"],
-                             "threshold": p["threshold"], "token_budget": config.token_budget,
-                             "selected": [ids[i] for i in p["indices"]], "evidence_tokens":
-                             sum(tokens[q["id"]][i] for i in p["indices"]), "_key": key,
-                             **ranking_metrics([ids[i] for i in p["ranking"]], qrels),
-                             "nu_question": scored.get("nu_question"), "mode": p["mode"]})  # fmt: skip
+                rows.append(
+                    {
+                        "dataset": dataset,
+                        "question_id": q["id"],
+                        "method": method,
+                        "top_m": p["top_m"],
+                        "threshold": p["threshold"],
+                        "token_budget": config.token_budget,
+                        "selected": [ids[i] for i in p["indices"]],
+                        "evidence_tokens": sum(tokens[q["id"]][i] for i in p["indices"]),
+                        "_key": key,
+                        **ranking_metrics([ids[i] for i in p["ranking"]], qrels),
+                        "nu_question": scored.get("nu_question"),
+                        "mode": p["mode"],
+                    }
+                )
     return rows, list(items.values())
 
 
@@ -222,8 +256,15 @@ def run_ig_stats(
     return out
 
 
-def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], roles: tuple[LLMConfig, LLM],
-                config: EvalRagConfig, qream: QreamStepConfig, stack: ExitStack) -> tuple[list[dict], list[dict]]:  # fmt: skip
+def qream_twins(
+    rows: list[dict],
+    items: list[dict],
+    questions: list[dict],
+    roles: tuple[LLMConfig, LLM],
+    config: EvalRagConfig,
+    qream: QreamStepConfig,
+    stack: ExitStack,
+) -> tuple[list[dict], list[dict]]:
     """The QREAM post-step: rewrite every kept evidence set, add the `<method>+qream` rows and their items."""
     generator_cfg, generator = roles
     rewriter_cfg = rewriter_config(qream, generator_cfg)
@@ -232,8 +273,12 @@ def qream_twins(rows: list[dict], items: list[dict], questions: list[dict], role
     folder = (
         Path(config.output_dir) / "rewrite" / identity_folder(rewriter.model_id)
     )  # one cache per rewriter
-    engine = EngineConfig(output_dir=str(folder), model=rewriter.model_id,
-                          batch_size=config.batch_size, progress=config.progress)  # fmt: skip
+    engine = EngineConfig(
+        output_dir=str(folder),
+        model=rewriter.model_id,
+        batch_size=config.batch_size,
+        progress=config.progress,
+    )
     rewritten = rewrite_all(items, step, rewriter, engine)
     return add_twins(rows, items, rewritten, generator.tokenizer)
 
@@ -269,11 +314,21 @@ def eval_main(
             generator.backend.batch_size = config.batch_size
         tokenizer = generator.tokenizer
         tokens = {q["id"]: input_tokens([passage(c) for c in q["candidates"]], tokenizer) for q in questions}
-        write_jsonl(out / "questions.jsonl", [
-            {"id": q["id"], "question": q["question"], "answers": q["answers"],
-             "candidates": [{"id": c.id, "title": c.title, "relevance": c.relevance, "tokens": n}
-                            for c, n in zip(q["candidates"], tokens[q["id"]], strict=True)]}
-            for q in questions])  # fmt: skip
+        write_jsonl(
+            out / "questions.jsonl",
+            [
+                {
+                    "id": q["id"],
+                    "question": q["question"],
+                    "answers": q["answers"],
+                    "candidates": [
+                        {"id": c.id, "title": c.title, "relevance": c.relevance, "tokens": n}
+                        for c, n in zip(q["candidates"], tokens[q["id"]], strict=True)
+                    ],
+                }
+                for q in questions
+            ],
+        )
         scores, nu_cache = {}, {}  # NU(q) of every question, shared by the probing methods
         for method in config.methods:
             start = time.perf_counter()

@@ -90,10 +90,13 @@ def rewrite_all(items: list[dict], step: Any, rewriter: LLM, engine: EngineConfi
     the kept passages on failure), "fallback": the reject reason or ""}."""
     todo = {(it["question_id"], evidence_sha(it["documents"])): it for it in items if it["documents"]}
     jobs = {
-        key: rewrite_item({"id": it["question_id"], "question": it["question"], "answers": it["answers"]},
-                          "\n\n".join(it["documents"]), 1)
+        key: rewrite_item(
+            {"id": it["question_id"], "question": it["question"], "answers": it["answers"]},
+            "\n\n".join(it["documents"]),
+            1,
+        )
         for key, it in todo.items()
-    }  # fmt: skip
+    }
     run_step(step, list({_ref(j): j for j in jobs.values()}.values()), rewriter.backend, engine)
     done = {_ref(r): r["rewrite"] for r in load_accepted(engine.output_dir)}
     failed = {tuple(key.values()): r["reason"] for key, r in rejected_keys(engine.output_dir)}
@@ -101,13 +104,16 @@ def rewrite_all(items: list[dict], step: Any, rewriter: LLM, engine: EngineConfi
     for key, job in jobs.items():
         ref = _ref(job)
         text = done.get(ref)
-        out[key] = {"documents": [text] if text else todo[key]["documents"],
-                    "fallback": "" if text else failed.get(ref, "missing")}  # fmt: skip
+        out[key] = {
+            "documents": [text] if text else todo[key]["documents"],
+            "fallback": "" if text else failed.get(ref, "missing"),
+        }
     return out
 
 
-def add_twins(rows: list[dict], items: list[dict], rewritten: dict[tuple, dict],
-              tokenizer: Any) -> tuple[list[dict], list[dict]]:  # fmt: skip
+def add_twins(
+    rows: list[dict], items: list[dict], rewritten: dict[tuple, dict], tokenizer: Any
+) -> tuple[list[dict], list[dict]]:
     """Rows and answer items with a `<method>+qream` twin of every row (answered from the rewrite).
 
     >>> key = ("q", evidence_sha(["long text"]))
@@ -127,7 +133,10 @@ def add_twins(rows: list[dict], items: list[dict], rewritten: dict[tuple, dict],
             docs = after["documents"]
             key = (row["question_id"], evidence_sha(docs))
             new_items.setdefault(key, by_key[row["_key"]] | {"documents": docs})
-            twin |= {"_key": key, "evidence_tokens": sum(input_tokens(docs, tokenizer)),
-                     "rewrite_fallback": after["fallback"]}  # fmt: skip
+            twin |= {
+                "_key": key,
+                "evidence_tokens": sum(input_tokens(docs, tokenizer)),
+                "rewrite_fallback": after["fallback"],
+            }
         twins.append(twin)
     return rows + twins, list(new_items.values())

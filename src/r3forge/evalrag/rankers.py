@@ -67,8 +67,13 @@ def fingerprint(method: str, config: EvalRagConfig, models: RerankModelsConfig, 
     elif method == "extractive":
         setting["rule"] = EXTRACTIVE_VERSION
     elif method != "none":
-        setting["model"] = model_identity({"biencoder": models.biencoder_model, "qlm": models.qlm_model,
-                                           "cross_encoder": models.cross_encoder_model}[method])  # fmt: skip
+        setting["model"] = model_identity(
+            {
+                "biencoder": models.biencoder_model,
+                "qlm": models.qlm_model,
+                "cross_encoder": models.cross_encoder_model,
+            }[method]
+        )
     return hashlib.sha256(json.dumps(setting, sort_keys=True).encode("utf-8")).hexdigest()[:12]
 
 
@@ -98,8 +103,15 @@ def read_saved(path: Path) -> dict[str, dict]:
     return saved
 
 
-def score_method(method: str, questions: list[dict], config: EvalRagConfig, models: RerankModelsConfig,
-                 roles: tuple[LLMConfig, LLM], stack: ExitStack, nu_cache: dict) -> dict[str, dict]:  # fmt: skip
+def score_method(
+    method: str,
+    questions: list[dict],
+    config: EvalRagConfig,
+    models: RerankModelsConfig,
+    roles: tuple[LLMConfig, LLM],
+    stack: ExitStack,
+    nu_cache: dict,
+) -> dict[str, dict]:
     """question id -> scored. Saved per question in `rerank/<method>-<settings hash>.jsonl` as each chunk
     finishes: a killed or extended run (more questions, new T_p or M) scores only what is missing.
     `roles`: the generator's config and the open generator; `nu_cache`: question -> NU(q), one dict per run,
@@ -127,21 +139,31 @@ def score_method(method: str, questions: list[dict], config: EvalRagConfig, mode
     return out
 
 
-def reranker_llm(model: str, models: RerankModelsConfig, roles: tuple[LLMConfig, LLM],
-                 stack: ExitStack) -> LLM:  # fmt: skip
+def reranker_llm(
+    model: str, models: RerankModelsConfig, roles: tuple[LLMConfig, LLM], stack: ExitStack
+) -> LLM:
     """The verbal / YesNo LLM (`model`: `reranker_model` or `yesno_model`): the generator itself unless the
     model or `reranker_backend` / `reranker_base_url` name another."""
     generator_cfg, generator = roles
     if not (model or models.reranker_backend or models.reranker_base_url):
         return generator
-    cfg = LLMConfig(backend=models.reranker_backend or generator_cfg.backend,  # type: ignore[arg-type]
-                        model=model or generator_cfg.model,
-                        base_url=models.reranker_base_url or generator_cfg.base_url, device=generator_cfg.device)  # fmt: skip
+    cfg = LLMConfig(
+        backend=models.reranker_backend or generator_cfg.backend,  # type: ignore[arg-type]
+        model=model or generator_cfg.model,
+        base_url=models.reranker_base_url or generator_cfg.base_url,
+        device=generator_cfg.device,
+    )
     return stack.enter_context(open_llm(cfg))
 
 
-def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles: tuple[LLMConfig, LLM],
-           stack: ExitStack, nu_cache: dict) -> Any:  # fmt: skip
+def scorer(
+    method: str,
+    config: EvalRagConfig,
+    models: RerankModelsConfig,
+    roles: tuple[LLMConfig, LLM],
+    stack: ExitStack,
+    nu_cache: dict,
+) -> Any:
     """A function chunk -> {question id: scored} for `method`."""
     generator_cfg, generator = roles
     probe = ProbeConfig(k=config.probe_k, max_steps=config.probe_max_steps)
@@ -181,9 +203,14 @@ def scorer(method: str, config: EvalRagConfig, models: RerankModelsConfig, roles
 
 def _rerank(chunk: list[dict], reranker: Any) -> dict[str, dict]:
     outs = reranker.rerank([q["question"] for q in chunk], [q["candidates"] for q in chunk])
-    return {q["id"]: {"scores": [_num(s) for s in o.scores],
-                      "tiebreak": None if o.tiebreak is None else [_num(t) for t in o.tiebreak],
-                      "notes": o.notes} for q, o in zip(chunk, outs, strict=True)}  # fmt: skip
+    return {
+        q["id"]: {
+            "scores": [_num(s) for s in o.scores],
+            "tiebreak": None if o.tiebreak is None else [_num(t) for t in o.tiebreak],
+            "notes": o.notes,
+        }
+        for q, o in zip(chunk, outs, strict=True)
+    }
 
 
 def _num(x: float | None) -> float | None:
@@ -193,18 +220,31 @@ def _num(x: float | None) -> float | None:
 def _ig(chunk: list[dict], generator: LLM, probe: ProbeConfig, cache: dict) -> dict[str, dict]:
     docs = [[passage(c) for c in q["candidates"]] for q in chunk]
     gains = probe_gains(generator.backend, [q["question"] for q in chunk], docs, probe, cache)
-    return {q["id"]: {"ig": g.ig, "scores": g.ig, "nu_question": g.question.nu, "nu": [c.nu for c in g.conditional]}
-            for q, g in zip(chunk, gains, strict=True)}  # fmt: skip
+    return {
+        q["id"]: {
+            "ig": g.ig,
+            "scores": g.ig,
+            "nu_question": g.question.nu,
+            "nu": [c.nu for c in g.conditional],
+        }
+        for q, g in zip(chunk, gains, strict=True)
+    }
 
 
-def _greedy(chunk: list[dict], generator: LLM, probe: ProbeConfig, select: SelectConfig,
-            cache: dict) -> dict[str, dict]:  # fmt: skip
+def _greedy(
+    chunk: list[dict], generator: LLM, probe: ProbeConfig, select: SelectConfig, cache: dict
+) -> dict[str, dict]:
     docs = [[passage(c) for c in q["candidates"]] for q in chunk]
     sels = greedy_select(generator.backend, [q["question"] for q in chunk], docs, probe, select, cache)
     out = {}
     for q, s in zip(chunk, sels, strict=True):
         round0 = s.round_gains[0] if s.round_gains else {}
-        out[q["id"]] = {"picks": list(s.indices), "gains": list(s.gains), "nu_question": s.nu_question,
-                        "ig": [round0.get(i, math.nan) for i in range(len(q["candidates"]))],
-                        "nu": list(s.nu), "probes": s.probes}  # fmt: skip
+        out[q["id"]] = {
+            "picks": list(s.indices),
+            "gains": list(s.gains),
+            "nu_question": s.nu_question,
+            "ig": [round0.get(i, math.nan) for i in range(len(q["candidates"]))],
+            "nu": list(s.nu),
+            "probes": s.probes,
+        }
     return out

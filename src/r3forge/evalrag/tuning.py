@@ -45,8 +45,11 @@ def savings_threshold(tune: Sequence[Mapping[str, Any]], cell: tuple, method: st
     dataset, top_m, budget = cell
     here = [g for g in tune if (g["dataset"], g["top_m"], g["token_budget"]) == (dataset, top_m, budget)]
     base = [g["f1"] for g in here if g["method"] == BASELINE]
-    ok = [g["threshold"] for g in here if g["method"] == method and g["threshold"] is not None
-          and base and g["f1"] >= base[0] - 1e-9]  # fmt: skip
+    ok = [
+        g["threshold"]
+        for g in here
+        if g["method"] == method and g["threshold"] is not None and base and g["f1"] >= base[0] - 1e-9
+    ]
     return float(max(ok)) if ok else None
 
 
@@ -56,11 +59,15 @@ def tuned_comparison(rows: Iterable[Mapping[str, Any]], method: str = "igp") -> 
     (fraction) and `target` (F1 >= baseline and TK <= half the baseline's). EM/F1 are fractions."""
     rows = list(rows)
     tune = aggregate(r for r in rows if split_of(r["question_id"]) == "tune")
-    test = {(g["dataset"], g["method"], g["top_m"], g["threshold"], g["token_budget"]): g
-            for g in aggregate(r for r in rows if split_of(r["question_id"]) == "test")}  # fmt: skip
+    test = {
+        (g["dataset"], g["method"], g["top_m"], g["threshold"], g["token_budget"]): g
+        for g in aggregate(r for r in rows if split_of(r["question_id"]) == "test")
+    }
     out = []
-    cells = sorted({(g["dataset"], g["top_m"], g["token_budget"]) for g in tune if g["method"] == method},
-                   key=lambda c: (c[0], c[1], -1 if c[2] is None else c[2]))  # fmt: skip
+    cells = sorted(
+        {(g["dataset"], g["top_m"], g["token_budget"]) for g in tune if g["method"] == method},
+        key=lambda c: (c[0], c[1], -1 if c[2] is None else c[2]),
+    )
     for dataset, top_m, budget in cells:
         try:
             best = best_threshold(tune, dataset, top_m, method, budget)
@@ -73,16 +80,31 @@ def tuned_comparison(rows: Iterable[Mapping[str, Any]], method: str = "igp") -> 
             mine = test.get((dataset, method, top_m, t, budget))
             if base is None or mine is None:
                 continue
-            n_tune = next(g["n"] for g in tune if (g["dataset"], g["method"], g["top_m"], g["threshold"],
-                                                   g["token_budget"]) == (dataset, method, top_m, t, budget))  # fmt: skip
-            out.append({
-                "dataset": dataset, "top_m": top_m, "token_budget": budget, "method": method,
-                "objective": objective, "threshold": t, "n_tune": n_tune, "n_test": mine["n"],
-                "f1_base": base["f1"], "tk_base": base["tk"], "f1": mine["f1"], "tk": mine["tk"],
-                "f1_change_pts": (mine["f1"] - base["f1"]) * 100,
-                "tk_change": mine["tk"] / base["tk"] - 1 if base["tk"] else None,
-                "target": mine["f1"] >= base["f1"] and mine["tk"] <= 0.5 * base["tk"],
-            })  # fmt: skip
+            n_tune = next(
+                g["n"]
+                for g in tune
+                if (g["dataset"], g["method"], g["top_m"], g["threshold"], g["token_budget"])
+                == (dataset, method, top_m, t, budget)
+            )
+            out.append(
+                {
+                    "dataset": dataset,
+                    "top_m": top_m,
+                    "token_budget": budget,
+                    "method": method,
+                    "objective": objective,
+                    "threshold": t,
+                    "n_tune": n_tune,
+                    "n_test": mine["n"],
+                    "f1_base": base["f1"],
+                    "tk_base": base["tk"],
+                    "f1": mine["f1"],
+                    "tk": mine["tk"],
+                    "f1_change_pts": (mine["f1"] - base["f1"]) * 100,
+                    "tk_change": mine["tk"] / base["tk"] - 1 if base["tk"] else None,
+                    "target": mine["f1"] >= base["f1"] and mine["tk"] <= 0.5 * base["tk"],
+                }
+            )
     return out
 
 

@@ -38,8 +38,12 @@ class ProbeConfig:
 def probe_request(question: str, document: str | None, config: ProbeConfig) -> GenerationRequest:
     """Prompt B: the question alone (unconditional) or passage + question (conditional); greedy."""
     content = question if document is None else CONDITIONAL.format(document=document, question=question)
-    return GenerationRequest(messages=[{"role": "user", "content": content}], temperature=0.0,
-                             max_tokens=config.max_steps, top_logprobs=config.k)  # fmt: skip
+    return GenerationRequest(
+        messages=[{"role": "user", "content": content}],
+        temperature=0.0,
+        max_tokens=config.max_steps,
+        top_logprobs=config.k,
+    )
 
 
 @dataclass
@@ -77,8 +81,9 @@ def probe_gains(
     cache = {} if cache is None else cache
     missing = list(dict.fromkeys(q for q in questions if q not in cache))
     if missing:
-        cache.update(zip(missing, _nu(backend, [probe_request(q, None, config) for q in missing], config),
-                         strict=True))  # fmt: skip
+        cache.update(
+            zip(missing, _nu(backend, [probe_request(q, None, config) for q in missing], config), strict=True)
+        )
     requests = [
         probe_request(q, d, config) for q, docs in zip(questions, candidates, strict=True) for d in docs
     ]

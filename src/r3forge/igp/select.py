@@ -113,6 +113,12 @@ def ig_stats(ig_values: Sequence[float], threshold: float) -> dict[str, float]:
     if values.size == 0:
         return {"count": 0}
     q = np.quantile(values, [0.1, 0.25, 0.5, 0.75, 0.9])
-    return {"count": int(values.size), "pass_rate": round(float((values >= threshold).mean()), 4),
-            "mean": round(float(values.mean()), 6),
-            **{f"q{int(p * 100)}": round(float(v), 6) for p, v in zip((0.1, 0.25, 0.5, 0.75, 0.9), q, strict=True)}}  # fmt: skip
+    return {
+        "count": int(values.size),
+        "pass_rate": round(float((values >= threshold).mean()), 4),
+        "mean": round(float(values.mean()), 6),
+        **{
+            f"q{int(p * 100)}": round(float(v), 6)
+            for p, v in zip((0.1, 0.25, 0.5, 0.75, 0.9), q, strict=True)
+        },
+    }

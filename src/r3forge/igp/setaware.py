@@ -134,8 +134,16 @@ class _Greedy:
         self.done = len(self.chosen) >= select.top_m or len(self.chosen) == len(self.docs)
 
     def result(self) -> SetSelection:
-        return SetSelection(list(self.chosen), self.mode, self.passed, self.nu_question, list(self.gains),
-                            list(self.nu), list(self.rounds), self.probes)  # fmt: skip
+        return SetSelection(
+            list(self.chosen),
+            self.mode,
+            self.passed,
+            self.nu_question,
+            list(self.gains),
+            list(self.nu),
+            list(self.rounds),
+            self.probes,
+        )
 
 
 def greedy_select(

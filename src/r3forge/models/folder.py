@@ -31,11 +31,23 @@ from tokenizers import Tokenizer
 from r3forge.errors import ConfigError
 
 # a tokenizer loads from one of these (fast, sentencepiece, BPE / WordPiece vocabularies, Mistral's tekken)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                   "spiece.model", "sentencepiece.bpe.model", "tekken.json")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tekken.json",
+)
 JSON_TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
-FULL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")  # fmt: skip
+FULL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 SAFETENSORS_MAX_HEADER = 100_000_000  # what `safetensors` refuses to read ("header too large")
 GGUF_MAGIC = b"GGUF"
@@ -109,8 +121,12 @@ def safetensors_header(file: Path) -> dict[str, dict[str, Any]]:
     end = 0
     for name, entry in header.items():
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
-                and isinstance(entry.get("shape"), list)):  # fmt: skip
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(o, int) for o in offsets)
+            and isinstance(entry.get("shape"), list)
+        ):
             raise ConfigError(f"{file}: tensor {name!r} has no shape or data_offsets in the header")
         end = max(end, offsets[1])
     data = size - 8 - length

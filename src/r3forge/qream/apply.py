@@ -109,8 +109,9 @@ def _reasons(folder: Path) -> dict[str, str]:
     return {key["question_id"]: row["reason"] for key, row in rejected_keys(folder)}
 
 
-def rewrite_evidence(step: Any, targets: list[dict], raw: dict[str, str], rewriter: LLM,
-                     engine: EngineConfig) -> dict[str, dict]:  # fmt: skip
+def rewrite_evidence(
+    step: Any, targets: list[dict], raw: dict[str, str], rewriter: LLM, engine: EngineConfig
+) -> dict[str, dict]:
     """The post-retrieval step: question id -> {"raw", "rewrite" (None on failure), "evidence" (the rewrite,
     or r_raw as fallback), "fallback" (the reject reason, or "")}. `step`: a `RewriteStep` or
     `FTRewriteStep`; `raw`: question id -> r_raw."""
@@ -125,13 +126,18 @@ def rewrite_evidence(step: Any, targets: list[dict], raw: dict[str, str], rewrit
     for item in items:
         q = item["question_id"]
         rewrite = done.get(q)
-        out[q] = {"raw": item["source"], "rewrite": rewrite, "evidence": rewrite or item["source"],
-                  "fallback": "" if rewrite else reasons.get(q, "missing")}  # fmt: skip
+        out[q] = {
+            "raw": item["source"],
+            "rewrite": rewrite,
+            "evidence": rewrite or item["source"],
+            "fallback": "" if rewrite else reasons.get(q, "missing"),
+        }
     return out
 
 
-def read_both(config: RewriteConfig, targets: list[dict], evidence: dict[str, dict], reader: LLM,
-              run: RunConfig) -> dict[tuple, str]:  # fmt: skip
+def read_both(
+    config: RewriteConfig, targets: list[dict], evidence: dict[str, dict], reader: LLM, run: RunConfig
+) -> dict[tuple, str]:
     """The reader's answer from r_raw (round 0) and from each rewrite (round 1): candidate key -> answer."""
     items = []
     for r in targets:
@@ -159,9 +165,18 @@ def evidence_rows(targets: list[dict], evidence: dict[str, dict], tokenizer: Any
         q = str(r["id"])
         e = evidence[q]
         tk_raw, tk_new = input_tokens([e["raw"], e["evidence"]], tokenizer)
-        rows.append({"question_id": q, "question": r["question"], "answers": list(r.get("answers") or []),
-                     "raw": e["raw"], "rewrite": e["rewrite"], "fallback": e["fallback"],
-                     "tk_raw": tk_raw, "tk_rewrite": tk_new})  # fmt: skip
+        rows.append(
+            {
+                "question_id": q,
+                "question": r["question"],
+                "answers": list(r.get("answers") or []),
+                "raw": e["raw"],
+                "rewrite": e["rewrite"],
+                "fallback": e["fallback"],
+                "tk_raw": tk_raw,
+                "tk_rewrite": tk_new,
+            }
+        )
     return rows
 
 
@@ -175,9 +190,11 @@ def add_answers(rows: list[dict], answers: dict[tuple, str]) -> None:
             new = answers.get(tuple(candidate_key(key | {"round": 1, "document": row["rewrite"]}).values()))
         for name, answer in (("raw", raw), ("rewrite", new)):
             scored = answer is not None and bool(row["answers"])
-            row |= {f"answer_{name}": answer,
-                    f"em_{name}": exact_match(answer, row["answers"]) if scored else 0.0,
-                    f"f1_{name}": f1_score(answer, row["answers"]) if scored else 0.0}  # fmt: skip
+            row |= {
+                f"answer_{name}": answer,
+                f"em_{name}": exact_match(answer, row["answers"]) if scored else 0.0,
+                f"f1_{name}": f1_score(answer, row["answers"]) if scored else 0.0,
+            }
 
 
 def rewrite_report(rows: list[dict], method: str, model_id: str) -> dict[str, Any]:
@@ -186,9 +203,13 @@ def rewrite_report(rows: list[dict], method: str, model_id: str) -> dict[str, An
     for r in rows:
         if r["fallback"]:
             fallbacks[r["fallback"]] = fallbacks.get(r["fallback"], 0) + 1
-    figures: dict[str, Any] = {"method": method, "rewriter": model_id, "questions": len(rows),
-                               "rewritten": sum(r["rewrite"] is not None for r in rows),
-                               "fallbacks": fallbacks}  # fmt: skip
+    figures: dict[str, Any] = {
+        "method": method,
+        "rewriter": model_id,
+        "questions": len(rows),
+        "rewritten": sum(r["rewrite"] is not None for r in rows),
+        "fallbacks": fallbacks,
+    }
     metrics = ("em", "f1", "tk") if rows and "f1_raw" in rows[0] else ("tk",)
     for metric in metrics:
         for name in ("raw", "rewrite"):
@@ -198,8 +219,9 @@ def rewrite_report(rows: list[dict], method: str, model_id: str) -> dict[str, An
     return figures
 
 
-def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, rewriter_cfg: LLMConfig,
-                 run: RunConfig) -> dict:  # fmt: skip
+def rewrite_main(
+    config: RewriteConfig, reader_cfg: ReaderRoleConfig, rewriter_cfg: LLMConfig, run: RunConfig
+) -> dict:
     """Rewrite each question's r_raw, optionally read both, write evidence.jsonl and report.json."""
     if config.method not in ("icl", "ft"):
         raise ConfigError(f"method must be icl or ft, got {config.method!r}")
@@ -208,18 +230,23 @@ def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, rewriter_c
     if run.dry_run:
         raise ConfigError("dry_run: not available for rewrite (the reader's requests need the rewrites)")
     shard = ShardSpec.parse(run.shard)
-    targets = [r for r in list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
-               if shard.owns({"question_id": str(r["id"])})]  # fmt: skip
+    targets = [
+        r
+        for r in list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
+        if shard.owns({"question_id": str(r["id"])})
+    ]
     out = Path(run.output_dir)
     with ExitStack() as stack:
         rewriter = stack.enter_context(open_llm(rewriter_cfg))
         if config.method == "icl":
-            step = RewriteStep(demonstrations(config, targets, rewriter, run), config.temperature,
-                               config.max_tokens)  # fmt: skip
+            step = RewriteStep(
+                demonstrations(config, targets, rewriter, run), config.temperature, config.max_tokens
+            )
         else:
             step = FTRewriteStep(config.temperature, config.max_tokens)
-        evidence = rewrite_evidence(step, targets, raw_retrievals(config, targets), rewriter,
-                                    _stage(run, "rewrite", rewriter))  # fmt: skip
+        evidence = rewrite_evidence(
+            step, targets, raw_retrievals(config, targets), rewriter, _stage(run, "rewrite", rewriter)
+        )
         answers: dict[tuple, str] = {}
         if config.evaluate:
             reader_llm = role(rewriter_cfg, reader_cfg, "reader")
@@ -230,8 +257,9 @@ def rewrite_main(config: RewriteConfig, reader_cfg: ReaderRoleConfig, rewriter_c
         add_answers(rows, answers)
     figures = rewrite_report(rows, config.method, rewriter.model_id)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "evidence.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                                        encoding="utf-8")  # fmt: skip
+    (out / "evidence.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
     (out / "report.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(figures), file=sys.stdout)
     return figures

@@ -14,8 +14,15 @@ from r3forge.synth.job import own_folder
 # how `annotate qream` judges and selects its cached stages: a rerun may change it (a new tau re-thresholds the
 # cached verdicts, another fact judge adds its own stage folder) and rewrites the outputs from the caches.
 # The question count is a setting: the seeds are drawn from the questions left out.
-SELECTION = ("fact_judge", "judge_tau", "lexical_threshold", "echo_guard", "selection", "validation_fraction",
-             "orient_model")  # fmt: skip
+SELECTION = (
+    "fact_judge",
+    "judge_tau",
+    "lexical_threshold",
+    "echo_guard",
+    "selection",
+    "validation_fraction",
+    "orient_model",
+)
 
 
 def qream(argv: list[str]) -> int:

@@ -55,8 +55,10 @@ def extractive_rewrite(question: str, raw: str, sentences: int) -> str:
     bags = [words(title) | words(s) for title, s in pairs]
     idf = {t: math.log(1 + len(bags) / (1 + sum(t in b for b in bags))) for t in query}
     own = [words(s) for _, s in pairs]
-    scores = [sum(idf[t] for t in query & bag) + 0.5 * sum(idf[t] for t in query & o)
-              for bag, o in zip(bags, own, strict=True)]  # fmt: skip
+    scores = [
+        sum(idf[t] for t in query & bag) + 0.5 * sum(idf[t] for t in query & o)
+        for bag, o in zip(bags, own, strict=True)
+    ]
     ranked = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
     kept = sorted(ranked[:sentences])
     paragraphs: list[tuple[str, list[str]]] = []

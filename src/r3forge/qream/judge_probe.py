@@ -102,8 +102,14 @@ def swap(sentence: str, donors: list[str], rng: random.Random) -> str | None:
     rng.shuffle(spots)
     for m in spots:
         number = m.group()[0].isdigit()
-        pool = sorted({t for d in donors for t in _SWAPPABLE.findall(d)
-                       if t[0].isdigit() == number and t not in sentence and t.lower() not in STOPWORDS})  # fmt: skip
+        pool = sorted(
+            {
+                t
+                for d in donors
+                for t in _SWAPPABLE.findall(d)
+                if t[0].isdigit() == number and t not in sentence and t.lower() not in STOPWORDS
+            }
+        )
         if pool:
             return sentence[: m.start()] + rng.choice(pool) + sentence[m.end() :]
     return None
@@ -134,9 +140,18 @@ def build_probe(records: list[dict], raws: list[str], claims_per_kind: int, seed
         claims = [(c, kind) for kind in KINDS for c in dict.fromkeys(drawn[kind])]
         qid = str(record["id"])
         half = "calibrate" if int(hashlib.sha256(f"{seed}:{qid}".encode()).hexdigest(), 16) % 2 else "test"
-        items.append({"question_id": qid, "round": 0, "document": "", "raw": raw, "half": half,
-                      "facts": [c for c, _ in claims], "kinds": [k for _, k in claims],
-                      "labels": [int(k in ("verbatim", "trimmed")) for _, k in claims]})  # fmt: skip
+        items.append(
+            {
+                "question_id": qid,
+                "round": 0,
+                "document": "",
+                "raw": raw,
+                "half": half,
+                "facts": [c for c, _ in claims],
+                "kinds": [k for _, k in claims],
+                "labels": [int(k in ("verbatim", "trimmed")) for _, k in claims],
+            }
+        )
     return items
 
 
@@ -170,10 +185,18 @@ def judge_table(
             "tau_calibrated": tau,
             "test_accuracy_calibrated": accuracy([c[judge] for c in test], [c["label"] for c in test], tau),
             "default_threshold": defaults[judge],
-            "test_accuracy_default": accuracy([c[judge] for c in test], [c["label"] for c in test], defaults[judge]),
-            "supported_by_kind": {k: round(sum(c[judge] >= defaults[judge] for c in rows if c["kind"] == k)
-                                           / max(sum(c["kind"] == k for c in rows), 1), 3) for k in KINDS},
-        }  # fmt: skip
+            "test_accuracy_default": accuracy(
+                [c[judge] for c in test], [c["label"] for c in test], defaults[judge]
+            ),
+            "supported_by_kind": {
+                k: round(
+                    sum(c[judge] >= defaults[judge] for c in rows if c["kind"] == k)
+                    / max(sum(c["kind"] == k for c in rows), 1),
+                    3,
+                )
+                for k in KINDS
+            },
+        }
     return table
 
 
@@ -183,9 +206,16 @@ def format_table(table: dict[str, dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for judge, t in table.items():
         auc = "-" if t["auc"] is None else f"{t['auc']:.3f}"
-        cells = [judge, str(t["claims"]), auc, f"{t['tau_calibrated']:.3g}", f"{t['test_accuracy_calibrated']:.3f}",
-                 f"{t['default_threshold']:.3g}", f"{t['test_accuracy_default']:.3f}",
-                 *(f"{t['supported_by_kind'][k]:.3f}" for k in KINDS)]  # fmt: skip
+        cells = [
+            judge,
+            str(t["claims"]),
+            auc,
+            f"{t['tau_calibrated']:.3g}",
+            f"{t['test_accuracy_calibrated']:.3f}",
+            f"{t['default_threshold']:.3g}",
+            f"{t['test_accuracy_default']:.3f}",
+            *(f"{t['supported_by_kind'][k]:.3f}" for k in KINDS),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -214,20 +244,34 @@ def probe_main(config: ProbeConfig, llm_cfg: LLMConfig, run: RunConfig) -> dict[
                 step = FactJudgeStep(
                     scoring=scoring, top_logprobs=config.top_logprobs, tokenizer=llm.tokenizer
                 )
-                engine = EngineConfig(output_dir=str(out / folder), model=llm.model_id, batch_size=run.batch_size,
-                                      concurrency=run.concurrency, progress=run.progress)  # fmt: skip
+                engine = EngineConfig(
+                    output_dir=str(out / folder),
+                    model=llm.model_id,
+                    batch_size=run.batch_size,
+                    concurrency=run.concurrency,
+                    progress=run.progress,
+                )
                 run_step(step, items, llm.backend, engine)
                 done = {r["question_id"]: r for r in load_accepted(out / folder)}
                 key = "p_yes" if judge == "prob" else "supported"
-                scores[judge] = {(q, i): None if v is None else float(v)
-                                 for q, r in done.items() for i, v in enumerate(r[key])}  # fmt: skip
+                scores[judge] = {
+                    (q, i): None if v is None else float(v)
+                    for q, r in done.items()
+                    for i, v in enumerate(r[key])
+                }
     claims = []
     for item in items:
         for i, (fact, label, kind) in enumerate(
             zip(item["facts"], item["labels"], item["kinds"], strict=True)
         ):
-            row = {"question_id": item["question_id"], "half": item["half"], "kind": kind, "label": label,
-                   "fact": fact, "lexical": lexical_overlap(fact, item["raw"])}  # fmt: skip
+            row = {
+                "question_id": item["question_id"],
+                "half": item["half"],
+                "kind": kind,
+                "label": label,
+                "fact": fact,
+                "lexical": lexical_overlap(fact, item["raw"]),
+            }
             claims.append(row | {j: scores[j].get((item["question_id"], i)) for j in model_judges})
     defaults = {"llm": 1.0, "prob": 0.5, "lexical": 0.8}
     table = judge_table(claims, judges, defaults)

@@ -84,9 +84,11 @@ class QreamConfig:
     )
     rewriter: Literal["icl", "extractive"] = field(
         default="icl",
-        metadata={"help": "icl (paper): the LLM rewrites with stylistic seeds; extractive: an offline teacher "
-                  "(not the paper) that keeps r_raw's question-bearing sentences, round n the best 2n."},
-    )  # fmt: skip
+        metadata={
+            "help": "icl (paper): the LLM rewrites with stylistic seeds; extractive: an offline teacher "
+            "(not the paper) that keeps r_raw's question-bearing sentences, round n the best 2n."
+        },
+    )
     rounds: int = field(default=3, metadata={"help": "N, rewriting rounds = candidates per question."})
     prefix_tokens: int = field(
         default=100, metadata={"help": "l, tokens of round n-1 that round n rewrites."}
@@ -107,10 +109,12 @@ class QreamConfig:
     max_facts: int = field(default=20, metadata={"help": "Atomic facts judged per candidate at most."})
     fact_judge: Literal["llm", "prob", "lexical"] = field(
         default="llm",
-        metadata={"help": "llm (paper): the judge model's generated yes/no, one request per fact; prob: its "
-                  "P(yes) / (P(yes) + P(no)) at the answer token >= judge_tau (calibrate: annotate "
-                  "qream-judge-probe); lexical: content-token overlap with r_raw >= lexical_threshold, no model."},
-    )  # fmt: skip
+        metadata={
+            "help": "llm (paper): the judge model's generated yes/no, one request per fact; prob: its "
+            "P(yes) / (P(yes) + P(no)) at the answer token >= judge_tau (calibrate: annotate "
+            "qream-judge-probe); lexical: content-token overlap with r_raw >= lexical_threshold, no model."
+        },
+    )
     judge_tau: float = field(
         default=0.5, metadata={"help": "fact_judge prob: P(yes) threshold (from annotate qream-judge-probe)."}
     )
@@ -166,13 +170,23 @@ def role(rewriter: LLMConfig, models: QreamModelsConfig, name: str) -> LLMConfig
     if not (model or backend or url):
         return rewriter
     serve = rewriter.serve and not url and (backend or rewriter.backend) == "openai"
-    return replace(rewriter, model=model or rewriter.model, backend=backend or rewriter.backend,
-                   base_url=url or rewriter.base_url, serve=serve)  # fmt: skip
+    return replace(
+        rewriter,
+        model=model or rewriter.model,
+        backend=backend or rewriter.backend,
+        base_url=url or rewriter.base_url,
+        serve=serve,
+    )
 
 
 def _stage(run: RunConfig, name: str, llm: LLM) -> EngineConfig:
-    return EngineConfig(output_dir=str(Path(run.output_dir) / name), model=llm.model_id,
-                        batch_size=run.batch_size, concurrency=run.concurrency, progress=run.progress)  # fmt: skip
+    return EngineConfig(
+        output_dir=str(Path(run.output_dir) / name),
+        model=llm.model_id,
+        batch_size=run.batch_size,
+        concurrency=run.concurrency,
+        progress=run.progress,
+    )
 
 
 def _by_candidate(folder: Path) -> dict[tuple, dict]:
@@ -221,8 +235,9 @@ def raw_retrievals(config: QreamConfig, targets: list[dict]) -> dict[str, str]:
     }
 
 
-def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[dict], rewriter: LLM,
-                        run: RunConfig) -> list[dict]:  # fmt: skip
+def generate_candidates(
+    config: QreamConfig, targets: list[dict], seeds: list[dict], rewriter: LLM, run: RunConfig
+) -> list[dict]:
     """Seeds -> demos -> N rounds; returns every accepted rewrite as a candidate item (with r_raw). The
     extractive teacher needs neither seeds nor the rewriter model."""
     if config.rewriter == "extractive":
@@ -239,17 +254,24 @@ def generate_candidates(config: QreamConfig, targets: list[dict], seeds: list[di
     for n in range(1, config.rounds + 1):
         run_step(step, items, rewriter.backend, _stage(run, f"round{n}", rewriter))
         done = {r["question_id"]: r for r in load_accepted(out / f"round{n}") if r["question_id"] in by_id}
-        candidates += [{**rewrite_item(by_id[q], raw[q], n), "raw": raw[q], "document": r["rewrite"]}
-                       for q, r in done.items()]  # fmt: skip
-        items = [rewrite_item(by_id[q], first_tokens(r["rewrite"], rewriter.tokenizer, config.prefix_tokens), n + 1)
-                 for q, r in done.items()]  # fmt: skip
+        candidates += [
+            {**rewrite_item(by_id[q], raw[q], n), "raw": raw[q], "document": r["rewrite"]}
+            for q, r in done.items()
+        ]
+        items = [
+            rewrite_item(
+                by_id[q], first_tokens(r["rewrite"], rewriter.tokenizer, config.prefix_tokens), n + 1
+            )
+            for q, r in done.items()
+        ]
     for c in candidates:
         del c["source"]
     return candidates
 
 
-def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[str, LLM],
-                     run: RunConfig) -> list[dict]:  # fmt: skip
+def score_candidates(
+    config: QreamConfig, candidates: list[dict], roles: dict[str, LLM], run: RunConfig
+) -> list[dict]:
     """Utility (reader) and fidelity (facts, then one judge request per fact) of every candidate."""
     out = Path(run.output_dir)
     reader_step = ReaderStep(few_shot=config.reader_few_shot)
@@ -276,9 +298,17 @@ def score_candidates(config: QreamConfig, candidates: list[dict], roles: dict[st
         passes = bool(r) and hard_filter(
             r["answer"], c["answers"], c["question"] if config.echo_guard else ""
         )
-        rows.append({**c, "answer": r["answer"] if r else None, "passes": passes,
-                     "s_perf": r["s_perf"] if r else 0.0, "facts": f["facts"] if f else [],
-                     "supported": j["supported"] if j else [], "s_fact": j["s_fact"] if j else 0.0})  # fmt: skip
+        rows.append(
+            {
+                **c,
+                "answer": r["answer"] if r else None,
+                "passes": passes,
+                "s_perf": r["s_perf"] if r else 0.0,
+                "facts": f["facts"] if f else [],
+                "supported": j["supported"] if j else [],
+                "s_fact": j["s_fact"] if j else 0.0,
+            }
+        )
     return rows
 
 
@@ -289,12 +319,24 @@ def select_all(rows: list[dict], mode: str) -> tuple[list[dict], Counter]:
         by_q.setdefault(r["question_id"], []).append(i)
     dropped: Counter = Counter()
     for idx in by_q.values():
-        cands = [RewriteCandidate(i, rows[i]["round"], rows[i]["document"], rows[i]["passes"], rows[i]["s_perf"],
-                           rows[i]["s_fact"]) for i in idx]  # fmt: skip
+        cands = [
+            RewriteCandidate(
+                i,
+                rows[i]["round"],
+                rows[i]["document"],
+                rows[i]["passes"],
+                rows[i]["s_perf"],
+                rows[i]["s_fact"],
+            )
+            for i in idx
+        ]
         golden, reason = select_golden(cands, mode)  # type: ignore[arg-type]
         for i in idx:
-            rows[i] |= {"s_total": (rows[i]["s_perf"] + rows[i]["s_fact"]) / 2,
-                        "golden": golden is not None and golden.index == i, "dropped": reason}  # fmt: skip
+            rows[i] |= {
+                "s_total": (rows[i]["s_perf"] + rows[i]["s_fact"]) / 2,
+                "golden": golden is not None and golden.index == i,
+                "dropped": reason,
+            }
         if golden is None:
             dropped[reason] += 1
     return rows, dropped
@@ -309,10 +351,12 @@ def add_orientation(rows: list[dict], model_name: str, batch_size: int = 8) -> d
     model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     raw = {r["question_id"]: (r["raw"], r["question"]) for r in rows}
-    raw_scores = s_orient(model, tokenizer, [d for d, _ in raw.values()], [q for _, q in raw.values()],
-                          batch_size=batch_size)  # fmt: skip
-    scores = s_orient(model, tokenizer, [r["document"] for r in rows], [r["question"] for r in rows],
-                      batch_size=batch_size)  # fmt: skip
+    raw_scores = s_orient(
+        model, tokenizer, [d for d, _ in raw.values()], [q for _, q in raw.values()], batch_size=batch_size
+    )
+    scores = s_orient(
+        model, tokenizer, [r["document"] for r in rows], [r["question"] for r in rows], batch_size=batch_size
+    )
     for r, score in zip(rows, scores, strict=True):
         r["s_orient"] = score
 
@@ -365,11 +409,18 @@ def write_outputs(rows: list[dict], figures: dict[str, Any], config: QreamConfig
     jsonl(out / "candidates.jsonl", rows)
     golden = [r for r in rows if r["golden"]]
     jsonl(out / "golden.jsonl", golden)
-    sft = [{"prompt": [{"role": "user", "content": ft_prompt(r["question"], r["raw"])}],
+    sft = [
+        {
+            "prompt": [{"role": "user", "content": ft_prompt(r["question"], r["raw"])}],
             "completion": [{"role": "assistant", "content": r["document"]}],
-            "question_id": r["question_id"], "question": r["question"], "answers": r["answers"],
-            "round": r["round"], "s_total": r["s_total"]}
-           for r in golden]  # fmt: skip
+            "question_id": r["question_id"],
+            "question": r["question"],
+            "answers": r["answers"],
+            "round": r["round"],
+            "s_total": r["s_total"],
+        }
+        for r in golden
+    ]
     train, validation = split_by_question(sft, config.validation_fraction, config.seed)
     splits = {"train": train, "validation": validation}
     datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items() if v}).save_to_disk(
@@ -382,15 +433,34 @@ def write_outputs(rows: list[dict], figures: dict[str, Any], config: QreamConfig
 
 
 def card(figures: dict[str, Any]) -> str:
-    lines = ["---", "tags:", "- r3forge", "- qream", "- synthetic", "---", "",
-             "# QREAM golden rewrites", "", f"Selection: `{figures['selection']}`.", "",
-             "| | |", "|---|---|"]  # fmt: skip
+    lines = [
+        "---",
+        "tags:",
+        "- r3forge",
+        "- qream",
+        "- synthetic",
+        "---",
+        "",
+        "# QREAM golden rewrites",
+        "",
+        f"Selection: `{figures['selection']}`.",
+        "",
+        "| | |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v} |" for k, v in figures.items() if not isinstance(v, dict)]
     lines += ["", "## Dropped questions", "", *[f"- `{k}`: {v}" for k, v in figures["dropped"].items()]]
-    lines += ["", "## Candidates per round", "", "| round | candidates | pass rate | mean S_fact | golden |",
-              "|---|---|---|---|---|"]  # fmt: skip
-    lines += [f"| {n} | {s['candidates']} | {s['pass_rate']} | {s['mean_s_fact']} | {s['golden']} |"
-              for n, s in figures["per_round"].items()]  # fmt: skip
+    lines += [
+        "",
+        "## Candidates per round",
+        "",
+        "| round | candidates | pass rate | mean S_fact | golden |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {n} | {s['candidates']} | {s['pass_rate']} | {s['mean_s_fact']} | {s['golden']} |"
+        for n, s in figures["per_round"].items()
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -413,8 +483,11 @@ def qream_main(
             "dry_run: not available for qream (each stage's requests depend on the last's output)"
         )
     shard = ShardSpec.parse(run.shard)
-    targets = [r for r in list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
-               if shard.owns({"question_id": str(r["id"])})]  # fmt: skip
+    targets = [
+        r
+        for r in list(load_qa(config.qa_path, config.qa_format))[: config.max_questions]
+        if shard.owns({"question_id": str(r["id"])})
+    ]
     seeds = sample_seeds(
         load_qa(config.seed_qa_path or config.qa_path), targets, config.num_seeds, config.seed
     )

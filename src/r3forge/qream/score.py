@@ -33,10 +33,18 @@ READER_PROMPT = (
 )
 # reader demos ((document, question), answer): with `few_shot`, earlier chat turns that show the short-answer form
 READER_DEMOS = (
-    (("The Eiffel Tower was completed in 1889 for the World's Fair in Paris.", "When was the Eiffel Tower completed?"),
-     "1889"),
-    (("Hamlet is a tragedy by William Shakespeare, set in Denmark.", "Who wrote Hamlet?"), "William Shakespeare"),
-)  # fmt: skip
+    (
+        (
+            "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.",
+            "When was the Eiffel Tower completed?",
+        ),
+        "1889",
+    ),
+    (
+        ("Hamlet is a tragedy by William Shakespeare, set in Denmark.", "Who wrote Hamlet?"),
+        "William Shakespeare",
+    ),
+)
 FACTS_PROMPT = (
     "List the atomic facts stated in the text below: short, self-contained sentences, one fact each, one per "
     "line, each line starting with '- '. Do not add facts the text does not state.\n\nText: {document}"
@@ -88,19 +96,28 @@ class ReaderStep:
         short phrase instead of a sentence)."""
         turns = []
         for (document, question), answer in READER_DEMOS if self.few_shot else ():
-            turns += [{"role": "user", "content": READER_PROMPT.format(document=document, question=question)},
-                      {"role": "assistant", "content": answer}]  # fmt: skip
+            turns += [
+                {"role": "user", "content": READER_PROMPT.format(document=document, question=question)},
+                {"role": "assistant", "content": answer},
+            ]
         content = READER_PROMPT.format(document=item["document"], question=item["question"])
-        return GenerationRequest(messages=[*turns, {"role": "user", "content": content}], temperature=0.0,
-                                 max_tokens=self.max_tokens)  # fmt: skip
+        return GenerationRequest(
+            messages=[*turns, {"role": "user", "content": content}],
+            temperature=0.0,
+            max_tokens=self.max_tokens,
+        )
 
     def parse(self, item: dict, result: GenerationResult) -> dict | Rejected:
         answer = short_answer(result.choices[0].text)
         if not answer:
             return Rejected("empty_answer", "the reader gave no answer")
         golds = list(item["answers"])
-        return {**candidate_key(item), "answer": answer, "passes": hard_filter(answer, golds),
-                "s_perf": s_perf(answer, golds) if golds else 0.0}  # fmt: skip
+        return {
+            **candidate_key(item),
+            "answer": answer,
+            "passes": hard_filter(answer, golds),
+            "s_perf": s_perf(answer, golds) if golds else 0.0,
+        }
 
 
 def parse_facts(text: str, max_facts: int) -> list[str]:
@@ -176,10 +193,14 @@ class FactJudgeStep:
     def prompt(self, item: dict) -> list[GenerationRequest]:
         tokens = 1 if self.scoring == "probability" else self.max_tokens
         return [
-            GenerationRequest(messages=[{"role": "user", "content": JUDGE_PROMPT.format(raw=item["raw"], fact=f)}],
-                              temperature=0.0, max_tokens=tokens, top_logprobs=self.top_logprobs)
+            GenerationRequest(
+                messages=[{"role": "user", "content": JUDGE_PROMPT.format(raw=item["raw"], fact=f)}],
+                temperature=0.0,
+                max_tokens=tokens,
+                top_logprobs=self.top_logprobs,
+            )
             for f in item["facts"]
-        ]  # fmt: skip
+        ]
 
     def parse(self, item: dict, results: list[GenerationResult]) -> dict | Rejected:
         choices = [r.choices[0] for r in results]
@@ -191,8 +212,14 @@ class FactJudgeStep:
             verdicts = [_VERDICT.search(c.text) for c in choices]
             supported = [bool(v) and v.group(1).lower() == "yes" for v in verdicts]
             unclear = sum(v is None for v in verdicts)
-        return {**candidate_key(item), "facts": list(item["facts"]), "supported": supported, "p_yes": probs,
-                "unclear": unclear, "s_fact": s_fact(supported)}  # fmt: skip
+        return {
+            **candidate_key(item),
+            "facts": list(item["facts"]),
+            "supported": supported,
+            "p_yes": probs,
+            "unclear": unclear,
+            "s_fact": s_fact(supported),
+        }
 
 
 def at_tau(record: dict, tau: float) -> dict:
@@ -238,5 +265,10 @@ def lexical_overlap(fact: str, raw: str) -> float:
 def judge_lexical(item: dict, threshold: float = 0.8) -> dict:
     """The `FactJudgeStep` record of one candidate item (`raw`, `facts`), judged by `lexical_support`."""
     supported = [lexical_support(f, item["raw"], threshold) for f in item["facts"]]
-    return {**candidate_key(item), "facts": list(item["facts"]), "supported": supported, "unclear": 0,
-            "s_fact": s_fact(supported)}  # fmt: skip
+    return {
+        **candidate_key(item),
+        "facts": list(item["facts"]),
+        "supported": supported,
+        "unclear": 0,
+        "s_fact": s_fact(supported),
+    }

@@ -40,9 +40,23 @@ DOC_MAX_WORDS = 30  # the environment cuts each passage to 30 words (rules_agent
 WARMSTART_ENV = f"--observation verbal --num_retrieve 3 --num_shown 2 --doc_max_words {DOC_MAX_WORDS} --reranker_max_tokens 64"
 # QuickstartConfig fields that say where/how far to run, not what: a resume may change them
 RUN_CONTROL = ("run_dir", "fresh", "stop_after", "output_root")
-STAGE_NAMES = ("models", "world", "reranker-world", "index", "annotate", "export-sft", "reranker-sft",
-               "reranker-export", "warmstart-data", "warmstart-sft", "rag", "agent-before", "grpo",
-               "agent-after", "report")  # fmt: skip
+STAGE_NAMES = (
+    "models",
+    "world",
+    "reranker-world",
+    "index",
+    "annotate",
+    "export-sft",
+    "reranker-sft",
+    "reranker-export",
+    "warmstart-data",
+    "warmstart-sft",
+    "rag",
+    "agent-before",
+    "grpo",
+    "agent-after",
+    "report",
+)
 # the student-server stages (warmstart-data .. agent-after) run back to back: one vLLM start (~1 min on 2
 # cores); warmstart-sft, between two of them, keeps the idle server up
 
@@ -54,9 +68,11 @@ class QuickstartConfig:
     )
     run_dir: str = field(
         default="",
-        metadata={"help": "Resume (or start) this run folder; empty: the newest unfinished quickstart run "
-                  "with the same settings under output_root, else a new one."},
-    )  # fmt: skip
+        metadata={
+            "help": "Resume (or start) this run folder; empty: the newest unfinished quickstart run "
+            "with the same settings under output_root, else a new one."
+        },
+    )
     fresh: bool = field(default=False, metadata={"help": "Always start a new run folder (no auto-resume)."})
     stop_after: str = field(
         default="", metadata={"help": "Stop after this stage (a rerun continues from the next one)."}
@@ -88,26 +104,40 @@ class QuickstartConfig:
         },
     )
     rules_questions: int = field(
-        default=30, metadata={"min": 1, "help": "Reranker-world questions the rule teacher labels (all 10 passages each; "
-                              "a quarter held out)."}
-    )  # fmt: skip
+        default=30,
+        metadata={
+            "min": 1,
+            "help": "Reranker-world questions the rule teacher labels (all 10 passages each; "
+            "a quarter held out).",
+        },
+    )
     docs_per_question: int = field(
         default=8, metadata={"min": 1, "help": "Graded passages annotated per question."}
     )
     rules_max_per_score: int = field(
-        default=40, metadata={"min": 1, "help": "Cap each score class of the rule teacher's training split at N pairs "
-                              "(unbalanced, the student learns the majority score 1)."}
-    )  # fmt: skip
+        default=40,
+        metadata={
+            "min": 1,
+            "help": "Cap each score class of the rule teacher's training split at N pairs "
+            "(unbalanced, the student learns the majority score 1).",
+        },
+    )
     rules_agent_view: bool = field(
-        default=False, metadata={"help": "Label the passages as the agent's environment shows them (cut to 30 "
-                                 "words) and each multi-hop question's sub-questions as questions of their own "
-                                 "(`annotate rules --doc_max_words 30 --sub_questions true`)."}
-    )  # fmt: skip
+        default=False,
+        metadata={
+            "help": "Label the passages as the agent's environment shows them (cut to 30 "
+            "words) and each multi-hop question's sub-questions as questions of their own "
+            "(`annotate rules --doc_max_words 30 --sub_questions true`)."
+        },
+    )
     rules_cite_all: bool = field(
-        default=False, metadata={"help": "Every rule-teacher comment opens with a quote of the passage, a "
-                                 "distractor's too (`annotate rules --cite_all true`), so the student has no "
-                                 "comment template that drops the evidence."}
-    )  # fmt: skip
+        default=False,
+        metadata={
+            "help": "Every rule-teacher comment opens with a quote of the passage, a "
+            "distractor's too (`annotate rules --cite_all true`), so the student has no "
+            "comment template that drops the evidence."
+        },
+    )
     reranker_epochs: float | None = field(
         default=None,
         metadata={"help": "SFT epochs of the student (default: the SFT YAML's num_train_epochs)."},
@@ -133,8 +163,18 @@ class QuickstartConfig:
     cpu_kvcache_gib: int = field(default=2, metadata={"help": "KV cache of each vLLM server on CPU (GiB)."})
 
     def __post_init__(self) -> None:
-        small = {k: getattr(self, k) for k in ("annotate_questions", "docs_per_question", "rag_questions",
-                 "warmstart_questions", "grpo_steps", "agent_questions") if getattr(self, k) < 1}  # fmt: skip
+        small = {
+            k: getattr(self, k)
+            for k in (
+                "annotate_questions",
+                "docs_per_question",
+                "rag_questions",
+                "warmstart_questions",
+                "grpo_steps",
+                "agent_questions",
+            )
+            if getattr(self, k) < 1
+        }
         if small:
             raise ConfigError(f"quickstart: these must be >= 1: {small}")
         if self.reranker_epochs is not None and self.reranker_epochs <= 0:
@@ -186,66 +226,139 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
     def stage(
         name: str, title: str, command: str, output: str = "", server: str = "", resumable: bool = False
     ) -> Stage:
-        return Stage(name, title, tuple(shlex.split(command)), shlex.split(output)[0] if output else "", server,
-                     resumable)  # fmt: skip
+        return Stage(
+            name,
+            title,
+            tuple(shlex.split(command)),
+            shlex.split(output)[0] if output else "",
+            server,
+            resumable,
+        )
 
     rule_flags = f"--doc_max_words {DOC_MAX_WORDS} --sub_questions true " if c.rules_agent_view else ""
     rule_flags += "--cite_all true " if c.rules_cite_all else ""
     epochs = f"--num_train_epochs {c.reranker_epochs} " if c.reranker_epochs is not None else ""
     if rules:
-        export = stage("export-sft", "Rule-teacher labels of the reranker world as the SFT set",
-                       f"annotate rules --qa_path {r}/reranker-world/hf/questions --max_questions "
-                       f"{c.rules_questions} --validation_fraction 0.25 --max_per_score {c.rules_max_per_score} "
-                       f"{rule_flags}--output_dir {r}/sft-data", f"{r}/sft-data")  # fmt: skip
+        export = stage(
+            "export-sft",
+            "Rule-teacher labels of the reranker world as the SFT set",
+            f"annotate rules --qa_path {r}/reranker-world/hf/questions --max_questions "
+            f"{c.rules_questions} --validation_fraction 0.25 --max_per_score {c.rules_max_per_score} "
+            f"{rule_flags}--output_dir {r}/sft-data",
+            f"{r}/sft-data",
+        )
     else:
-        export = stage("export-sft", "Export the accepted annotations as an SFT set",
-                       f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir "
-                       f"{r}/sft-data", f"{r}/sft-data")  # fmt: skip
+        export = stage(
+            "export-sft",
+            "Export the accepted annotations as an SFT set",
+            f"annotate export-sft --input_dir {r}/annotate --validation_fraction 0.25 --output_dir "
+            f"{r}/sft-data",
+            f"{r}/sft-data",
+        )
     return [
         stage("models", "Materialize the embedded models", "models prepare", resumable=True),
-        stage("world", "Generate the synthetic world", f"data synth-world --seed {c.seed} --num_passages "
-              f"{c.world_passages} --num_questions {c.world_questions} --output_dir {world}", world),
-        stage("reranker-world", "Generate the reranker's training world (seed + 1)", f"data synth-world --seed "
-              f"{c.seed + 1} --num_passages 500 --num_questions {reranker_questions} --output_dir "
-              f"{r}/reranker-world", f"{r}/reranker-world"),
-        stage("index", "BM25 index of the world's corpus",
-              f"index build --corpus {world}/corpus.jsonl --kind bm25 --output {r}/index", f"{r}/index"),
-        stage("annotate", "Teacher verbal annotation (vLLM server on loopback)",
-              f"annotate verbal --config {cfg}/annotate/verbal_world_cpu.yaml --qa_path "
-              f"{r}/reranker-world/hf/questions --max_questions {c.annotate_questions} --max_docs_per_question "
-              f"{c.docs_per_question} --model {q(c.teacher_model)} --tokenizer {q(c.teacher_model)} --serve false "
-              f"--base_url {{teacher_url}} --output_dir {r}/annotate", f"{r}/annotate", "teacher", True),
+        stage(
+            "world",
+            "Generate the synthetic world",
+            f"data synth-world --seed {c.seed} --num_passages "
+            f"{c.world_passages} --num_questions {c.world_questions} --output_dir {world}",
+            world,
+        ),
+        stage(
+            "reranker-world",
+            "Generate the reranker's training world (seed + 1)",
+            f"data synth-world --seed "
+            f"{c.seed + 1} --num_passages 500 --num_questions {reranker_questions} --output_dir "
+            f"{r}/reranker-world",
+            f"{r}/reranker-world",
+        ),
+        stage(
+            "index",
+            "BM25 index of the world's corpus",
+            f"index build --corpus {world}/corpus.jsonl --kind bm25 --output {r}/index",
+            f"{r}/index",
+        ),
+        stage(
+            "annotate",
+            "Teacher verbal annotation (vLLM server on loopback)",
+            f"annotate verbal --config {cfg}/annotate/verbal_world_cpu.yaml --qa_path "
+            f"{r}/reranker-world/hf/questions --max_questions {c.annotate_questions} --max_docs_per_question "
+            f"{c.docs_per_question} --model {q(c.teacher_model)} --tokenizer {q(c.teacher_model)} --serve false "
+            f"--base_url {{teacher_url}} --output_dir {r}/annotate",
+            f"{r}/annotate",
+            "teacher",
+            True,
+        ),
         export,
-        stage("reranker-sft", "Distill the verbal reranker student (SFT)",
-              f"sft --config {cfg}/sft/verbal_reranker_world_cpu.yaml --dataset {r}/sft-data --eval_dataset '' "
-              f"--eval_split validation --model_name_or_path {q(c.student_model)} --task_eval_samples "
-              f"{c.reranker_eval_samples} --max_eval_samples {c.reranker_eval_samples} {epochs}--output_dir {r}/reranker-sft --resume_from_checkpoint auto",
-              f"{r}/reranker-sft", resumable=True),
-        stage("reranker-export", "Export the student as a release folder",
-              f"export --run {r}/reranker-sft --out {student}", student),
-        stage("warmstart-data", "Worked search trajectories for the format warm start (GRPO's observations)",
-              f"data agent-warmstart {agent_env} {WARMSTART_ENV} --max_questions {c.warmstart_questions} "
-              f"--output {r}/warmstart.jsonl", f"{r}/warmstart.jsonl", "student"),
-        stage("warmstart-sft", "Format warm start of the generator (SFT)",
-              f"sft --config {cfg}/sft/agent_warmstart_cpu.yaml --dataset {r}/warmstart.jsonl "
-              f"--model_name_or_path {q(c.generator_model)} --output_dir {r}/warmstart-sft "
-              "--resume_from_checkpoint auto", f"{r}/warmstart-sft", "student", True),
-        stage("rag", "Single-turn RAG: retrieval only vs verbal student vs IGP",
-              f"eval rag --config {cfg}/eval/igp_world_cpu.yaml --qa_path {world}/hf/questions --max_questions "
-              f"{c.rag_questions} --methods none verbal igp --top_m 1 3 --thresholds {thresholds} --model "
-              f"{q(c.generator_model)} --reranker_model {student} --reranker_backend openai --reranker_base_url "
-              f"{{student_url}} --output_dir {r}/rag", f"{r}/rag", "student"),
-        stage("agent-before", "Search agent before GRPO (held-out questions)",
-              f"{agent_eval} --model {r}/warmstart-sft/final --output_dir {r}/agent/before", f"{r}/agent/before",
-              "student"),
-        stage("grpo", "GRPO in multi-turn search rollouts (student reranker in the loop)",
-              f"grpo --config {cfg}/grpo/agent_world_cpu.yaml {agent_env} --model_name_or_path "
-              f"{r}/warmstart-sft/final --max_steps {c.grpo_steps} --save_steps {max(1, c.grpo_steps // 2)} "
-              f"--output_dir {r}/grpo --resume_from_checkpoint auto", f"{r}/grpo", "student", True),
-        stage("agent-after", "Search agent after GRPO (held-out questions)",
-              f"{agent_eval} --model {r}/grpo/final --output_dir {r}/agent/after", f"{r}/agent/after", "student"),
+        stage(
+            "reranker-sft",
+            "Distill the verbal reranker student (SFT)",
+            f"sft --config {cfg}/sft/verbal_reranker_world_cpu.yaml --dataset {r}/sft-data --eval_dataset '' "
+            f"--eval_split validation --model_name_or_path {q(c.student_model)} --task_eval_samples "
+            f"{c.reranker_eval_samples} --max_eval_samples {c.reranker_eval_samples} {epochs}--output_dir {r}/reranker-sft --resume_from_checkpoint auto",
+            f"{r}/reranker-sft",
+            resumable=True,
+        ),
+        stage(
+            "reranker-export",
+            "Export the student as a release folder",
+            f"export --run {r}/reranker-sft --out {student}",
+            student,
+        ),
+        stage(
+            "warmstart-data",
+            "Worked search trajectories for the format warm start (GRPO's observations)",
+            f"data agent-warmstart {agent_env} {WARMSTART_ENV} --max_questions {c.warmstart_questions} "
+            f"--output {r}/warmstart.jsonl",
+            f"{r}/warmstart.jsonl",
+            "student",
+        ),
+        stage(
+            "warmstart-sft",
+            "Format warm start of the generator (SFT)",
+            f"sft --config {cfg}/sft/agent_warmstart_cpu.yaml --dataset {r}/warmstart.jsonl "
+            f"--model_name_or_path {q(c.generator_model)} --output_dir {r}/warmstart-sft "
+            "--resume_from_checkpoint auto",
+            f"{r}/warmstart-sft",
+            "student",
+            True,
+        ),
+        stage(
+            "rag",
+            "Single-turn RAG: retrieval only vs verbal student vs IGP",
+            f"eval rag --config {cfg}/eval/igp_world_cpu.yaml --qa_path {world}/hf/questions --max_questions "
+            f"{c.rag_questions} --methods none verbal igp --top_m 1 3 --thresholds {thresholds} --model "
+            f"{q(c.generator_model)} --reranker_model {student} --reranker_backend openai --reranker_base_url "
+            f"{{student_url}} --output_dir {r}/rag",
+            f"{r}/rag",
+            "student",
+        ),
+        stage(
+            "agent-before",
+            "Search agent before GRPO (held-out questions)",
+            f"{agent_eval} --model {r}/warmstart-sft/final --output_dir {r}/agent/before",
+            f"{r}/agent/before",
+            "student",
+        ),
+        stage(
+            "grpo",
+            "GRPO in multi-turn search rollouts (student reranker in the loop)",
+            f"grpo --config {cfg}/grpo/agent_world_cpu.yaml {agent_env} --model_name_or_path "
+            f"{r}/warmstart-sft/final --max_steps {c.grpo_steps} --save_steps {max(1, c.grpo_steps // 2)} "
+            f"--output_dir {r}/grpo --resume_from_checkpoint auto",
+            f"{r}/grpo",
+            "student",
+            True,
+        ),
+        stage(
+            "agent-after",
+            "Search agent after GRPO (held-out questions)",
+            f"{agent_eval} --model {r}/grpo/final --output_dir {r}/agent/after",
+            f"{r}/agent/after",
+            "student",
+        ),
         stage("report", "Write REPORT.md", "", f"{r}/REPORT.md"),
-    ]  # fmt: skip
+    ]
 
 
 def settings(config: QuickstartConfig) -> dict:

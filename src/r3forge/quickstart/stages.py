@@ -52,8 +52,10 @@ def find_run(config: QuickstartConfig) -> tuple[Path, dict]:
         state = read_state(run)
         if state and state.get("settings") != settings(config):
             diff = sorted(k for k, v in settings(config).items() if state["settings"].get(k) != v)
-            raise ConfigError(f"run_dir: {run} was started with other settings ({', '.join(diff)}); "
-                              "pass the same settings, or another run_dir / --fresh true")  # fmt: skip
+            raise ConfigError(
+                f"run_dir: {run} was started with other settings ({', '.join(diff)}); "
+                "pass the same settings, or another run_dir / --fresh true"
+            )
         return run, state
     root = Path(config.output_root)
     if not config.fresh and root.is_dir():
@@ -90,8 +92,13 @@ def run_command(argv: list[str], log_path: Path) -> tuple[int, dict[str, float |
     with open(log_path, "ab") as log:
         log.write(f"$ r3forge {shlex.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen([sys.executable, "-m", "r3forge", *argv], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "r3forge", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
         assert proc.stdout is not None
         try:
             with TreePeak(proc.pid) as tree:
@@ -154,8 +161,12 @@ class Servers:
                 f"quickstart: starting the {role} vLLM server ({self.model(role)}) on loopback",
                 file=sys.stderr,
             )
-            cfg = ServeLLMConfig(model=self.model(role), port=0, cpu_kvcache_gib=self.config.cpu_kvcache_gib,
-                                 log_file=str(self.run / "logs" / f"vllm-{role}.log"))  # fmt: skip
+            cfg = ServeLLMConfig(
+                model=self.model(role),
+                port=0,
+                cpu_kvcache_gib=self.config.cpu_kvcache_gib,
+                log_file=str(self.run / "logs" / f"vllm-{role}.log"),
+            )
             self.live[role] = VLLMServer(cfg).start()
         return {f"{r}_url": s.base_url for r, s in self.live.items()}
 
@@ -177,8 +188,12 @@ def main(config: QuickstartConfig) -> Path:
     resumed = bool(state.get("stages"))
     claim(run, "quickstart", settings(config), legacy=(STATE,), remedy="choose another run_dir")
     run.mkdir(parents=True, exist_ok=True)
-    state = state or {"settings": settings(config), "stages": {}, "finished": False,
-                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    state = state or {
+        "settings": settings(config),
+        "stages": {},
+        "finished": False,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     save_config([config], run / "quickstart.yaml")
     stages = build_stages(config, run)
     todo = [s for s in stages if state["stages"].get(s.name, {}).get("status") != "done"]
@@ -217,12 +232,18 @@ def main(config: QuickstartConfig) -> Path:
                     argv = fill(stage.argv, servers.need(stage.server))
                     code, memory = run_command(argv, run / "logs" / f"{stage.name}.log")
                 except (KeyboardInterrupt, SystemExit):
-                    print(f"\nquickstart: interrupted during '{stage.name}'; the finished stages are kept in {run}; "
-                          "rerun the same command to resume", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"\nquickstart: interrupted during '{stage.name}'; the finished stages are kept in {run}; "
+                        "rerun the same command to resume",
+                        file=sys.stderr,
+                    )
                     raise
             seconds = round(time.perf_counter() - t0, 1)
-            state["stages"][stage.name] |= memory | {"status": "done" if code == 0 else "failed", "seconds": seconds,
-                                            "command": "r3forge " + shlex.join(stage.argv) if stage.argv else ""}  # fmt: skip
+            state["stages"][stage.name] |= memory | {
+                "status": "done" if code == 0 else "failed",
+                "seconds": seconds,
+                "command": "r3forge " + shlex.join(stage.argv) if stage.argv else "",
+            }
             write_json(run / STATE, state)
             if code != 0:
                 log = run / "logs" / f"{stage.name}.log"

@@ -344,8 +344,11 @@ def _verify_release(tmp: Path, out: Path, adapter: bool) -> None:
         hf_logging.set_verbosity(verbosity)
         if bar:
             hf_logging.enable_progress_bar()
-    problems = [f"{len(info[k])} {k.replace('_keys', '')}, e.g. {_tensor(info[k])}"
-                for k in ("missing_keys", "mismatched_keys") if info[k]]  # fmt: skip
+    problems = [
+        f"{len(info[k])} {k.replace('_keys', '')}, e.g. {_tensor(info[k])}"
+        for k in ("missing_keys", "mismatched_keys")
+        if info[k]
+    ]
     if problems:
         raise ReleaseError(
             f"{out}: not written: its weights do not fit its config.json ({'; '.join(problems)}); "

@@ -176,8 +176,12 @@ class YesNoReranker:
 
     def request(self, question: str, candidate: Candidate) -> GenerationRequest:
         content = YES_NO_PROMPT.format(question=question, passage=passage(candidate))
-        return GenerationRequest(messages=[{"role": "user", "content": content}], temperature=0.0,
-                                 max_tokens=1, top_logprobs=self.top_logprobs)  # fmt: skip
+        return GenerationRequest(
+            messages=[{"role": "user", "content": content}],
+            temperature=0.0,
+            max_tokens=1,
+            top_logprobs=self.top_logprobs,
+        )
 
     def rerank(
         self, questions: Sequence[str], candidates: Sequence[Sequence[Candidate]]

@@ -58,9 +58,11 @@ class VerbalConfig:
     )
     rank_by: str = field(
         default="score",
-        metadata={"help": "score: the parsed 1-5 score, ties by the score token's logprob (the paper); "
-                  "expected: sum_s s*p(s) over the digit logprobs (top_logprobs >= 5), else the score."},
-    )  # fmt: skip
+        metadata={
+            "help": "score: the parsed 1-5 score, ties by the score token's logprob (the paper); "
+            "expected: sum_s s*p(s) over the digit logprobs (top_logprobs >= 5), else the score."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.rank_by not in RANK_BY:
@@ -128,9 +130,14 @@ class VerbalReranker:
         if c.prefill and tokenizer is None:
             raise ConfigError("VerbalReranker: prefill needs a tokenizer (for its chat template)")
         self.step = VerbalAnnotationStep(
-            template_path=c.template_path, temperature=0.0, max_tokens=c.max_tokens,
-            top_logprobs=c.top_logprobs, prefill=c.prefill, few_shot=c.few_shot, tokenizer=tokenizer,
-        )  # fmt: skip
+            template_path=c.template_path,
+            temperature=0.0,
+            max_tokens=c.max_tokens,
+            top_logprobs=c.top_logprobs,
+            prefill=c.prefill,
+            few_shot=c.few_shot,
+            tokenizer=tokenizer,
+        )
 
     def item(self, question: str, candidate: Candidate) -> dict[str, str]:
         """The annotation item the step's prompt reads."""

@@ -23,9 +23,11 @@ class SFTScriptArguments(CPUSettings):
     """The SFT script's own fields (data, task metrics, overwrite) and the CPU settings (`CPUSettings`)."""
 
     dataset: str = field(
-        metadata={"help": "Prompt/completion chat data: a DatasetDict folder (annotate export-sft / rules, the "
-                  "sft/ folder of annotate qream) or a .jsonl / .json file (all rows train)."}
-    )  # fmt: skip
+        metadata={
+            "help": "Prompt/completion chat data: a DatasetDict folder (annotate export-sft / rules, the "
+            "sft/ folder of annotate qream) or a .jsonl / .json file (all rows train)."
+        }
+    )
     train_split: str = field(default="train", metadata={"help": "Split of `dataset` to train on."})
     eval_split: str = field(
         default="validation", metadata={"help": "Held-out split for eval loss and task metrics; empty: none."}
@@ -35,9 +37,11 @@ class SFTScriptArguments(CPUSettings):
     )
     task: Literal["verbal", "qream", "generic"] = field(
         default="generic",
-        metadata={"help": "Task metrics during eval: verbal (parse rate, score accuracy, Spearman vs teacher, "
-                  "NDCG vs gold), qream (reader F1 with the student's rewrites), generic (loss only)."},
-    )  # fmt: skip
+        metadata={
+            "help": "Task metrics during eval: verbal (parse rate, score accuracy, Spearman vs teacher, "
+            "NDCG vs gold), qream (reader F1 with the student's rewrites), generic (loss only)."
+        },
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use the first N training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use the first N held-out rows."})
     task_eval_samples: int = field(

@@ -58,8 +58,9 @@ def whole_questions(rows: Sequence[dict], n: int) -> list[dict]:
     return out
 
 
-def generate(model: Any, tokenizer: Any, prompts: Sequence[list[dict]], max_new_tokens: int,
-             batch_size: int = 16) -> list[Choice]:  # fmt: skip
+def generate(
+    model: Any, tokenizer: Any, prompts: Sequence[list[dict]], max_new_tokens: int, batch_size: int = 16
+) -> list[Choice]:
     """Greedy completions of chat prompts by `model` (train mode restored after), with top-5 logprobs."""
     backend = HFLocalBackend(model, tokenizer, batch_size)
     requests = [GenerationRequest(messages=p, max_tokens=max_new_tokens, top_logprobs=5) for p in prompts]
@@ -84,10 +85,20 @@ def verbal_records(rows: Sequence[dict], choices: Sequence[Choice], tokenizer: A
         # the passage: rows of an older export lack doc_text; their prompt holds it (and the question)
         passage = row.get("doc_text") or row["prompt"][-1]["content"]
         quotes, found = quotes_found(p.comment, passage) if isinstance(p, ParsedAnnotation) else (0, 0)
-        records.append({"question_id": row["question_id"], "doc_id": row["doc_id"],
-                        "teacher_score": int(row["score"]), "relevance": row.get("relevance"),
-                        "student_score": score, "score_logprob": logprob, "expected_score": expected,
-                        "quotes": quotes, "quotes_found": found, "text": choice.text})  # fmt: skip
+        records.append(
+            {
+                "question_id": row["question_id"],
+                "doc_id": row["doc_id"],
+                "teacher_score": int(row["score"]),
+                "relevance": row.get("relevance"),
+                "student_score": score,
+                "score_logprob": logprob,
+                "expected_score": expected,
+                "quotes": quotes,
+                "quotes_found": found,
+                "text": choice.text,
+            }
+        )
     return records
 
 
@@ -118,13 +129,25 @@ def verbal_metrics(records: Sequence[dict]) -> dict[str, float]:
     out["quote_faithfulness"] = (
         round(sum(r.get("quotes_found", 0) for r in parsed) / quotes, 4) if quotes else math.nan
     )
-    ranked = [{"question_id": r["question_id"], "doc_id": r["doc_id"], "score": r["student_score"] or 0,
-               "score_logprob": r["score_logprob"], "relevance": r["relevance"], "rank": i,
-               "expected_score": r.get("expected_score") if r["student_score"] is not None else 0.0}
-              for i, r in enumerate(records)]  # fmt: skip
+    ranked = [
+        {
+            "question_id": r["question_id"],
+            "doc_id": r["doc_id"],
+            "score": r["student_score"] or 0,
+            "score_logprob": r["score_logprob"],
+            "relevance": r["relevance"],
+            "rank": i,
+            "expected_score": r.get("expected_score") if r["student_score"] is not None else 0.0,
+        }
+        for i, r in enumerate(records)
+    ]
     ndcg = agreement(ranked, k_values=K_VALUES)
-    out |= {f"{m}@{k}": ndcg[f"{m}@{k}"] for m in ("ndcg", "expected_ndcg") for k in K_VALUES
-            if f"{m}@{k}" in ndcg}  # fmt: skip
+    out |= {
+        f"{m}@{k}": ndcg[f"{m}@{k}"]
+        for m in ("ndcg", "expected_ndcg")
+        for k in K_VALUES
+        if f"{m}@{k}" in ndcg
+    }
     return out
 
 
@@ -143,14 +166,25 @@ def qream_records(
     items = []
     for i, (row, rewrite) in enumerate(zip(rows, rewrites, strict=True)):
         base = {"question_id": str(i), "question": row["question"], "answers": list(row["answers"])}
-        items += [base | {"round": 1, "document": rewrite or "(empty)"},
-                  base | {"round": 0, "document": row["completion"][-1]["content"]}]  # fmt: skip
+        items += [
+            base | {"round": 1, "document": rewrite or "(empty)"},
+            base | {"round": 0, "document": row["completion"][-1]["content"]},
+        ]
     results = reader.generate([step.prompt(item) for item in items])
-    f1 = [0.0 if isinstance(out := step.parse(item, r), Rejected) else out["s_perf"]
-          for item, r in zip(items, results, strict=True)]  # fmt: skip
-    return [{"question": row["question"], "answers": list(row["answers"]), "rewrite": rewrite,
-             "reader_f1": f1[2 * i], "reader_f1_golden": f1[2 * i + 1]}
-            for i, (row, rewrite) in enumerate(zip(rows, rewrites, strict=True))]  # fmt: skip
+    f1 = [
+        0.0 if isinstance(out := step.parse(item, r), Rejected) else out["s_perf"]
+        for item, r in zip(items, results, strict=True)
+    ]
+    return [
+        {
+            "question": row["question"],
+            "answers": list(row["answers"]),
+            "rewrite": rewrite,
+            "reader_f1": f1[2 * i],
+            "reader_f1_golden": f1[2 * i + 1],
+        }
+        for i, (row, rewrite) in enumerate(zip(rows, rewrites, strict=True))
+    ]
 
 
 def qream_metrics(records: Sequence[dict]) -> dict[str, float]:
@@ -161,17 +195,27 @@ def qream_metrics(records: Sequence[dict]) -> dict[str, float]:
     {'reader_f1': 0.5, 'reader_f1_golden': 0.5, 'empty_rewrites': 0.5}
     """
     n = max(len(records), 1)
-    return {"reader_f1": round(sum(r["reader_f1"] for r in records) / n, 4),
-            "reader_f1_golden": round(sum(r["reader_f1_golden"] for r in records) / n, 4),
-            "empty_rewrites": round(sum(not r["rewrite"] for r in records) / n, 4)}  # fmt: skip
+    return {
+        "reader_f1": round(sum(r["reader_f1"] for r in records) / n, 4),
+        "reader_f1_golden": round(sum(r["reader_f1_golden"] for r in records) / n, 4),
+        "empty_rewrites": round(sum(not r["rewrite"] for r in records) / n, 4),
+    }
 
 
 class TaskEval(TrainerCallback):
     """Task metrics at each evaluation (and at the start), logged through `trainer.log` as eval_task_*; with
     `out_dir`, each evaluation's per-row generations go to `<out_dir>/step_<N>.jsonl`."""
 
-    def __init__(self, trainer: Any, rows: Sequence[dict], task: str, max_new_tokens: int = 128,
-                 batch_size: int = 16, reader: tuple[str, bool] = ("", True), out_dir: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        trainer: Any,
+        rows: Sequence[dict],
+        task: str,
+        max_new_tokens: int = 128,
+        batch_size: int = 16,
+        reader: tuple[str, bool] = ("", True),
+        out_dir: Path | None = None,
+    ) -> None:
         self.trainer, self.rows, self.task = trainer, list(rows), task
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.reader_model, self.reader_few_shot = reader

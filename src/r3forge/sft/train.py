@@ -85,13 +85,19 @@ def distributed_info(trainer: SFTTrainer) -> dict[str, Any]:
     """How the run was spread over processes (run.json's `distributed`): the accelerator's type, processes and
     backend, and under DeepSpeed what the engine ran (ZeRO stage, offload, batch arithmetic, optimizer)."""
     acc = trainer.accelerator
-    info: dict[str, Any] = {"type": acc.distributed_type.value, "num_processes": acc.num_processes,
-                            "backend": acc.state.backend, "device": str(acc.device)}  # fmt: skip
+    info: dict[str, Any] = {
+        "type": acc.distributed_type.value,
+        "num_processes": acc.num_processes,
+        "backend": acc.state.backend,
+        "device": str(acc.device),
+    }
     engine = trainer.model_wrapped
     if trainer.is_deepspeed_enabled and hasattr(engine, "zero_optimization_stage"):
         # an offload config (or None); its device a plain string or a str enum, by DeepSpeed version
-        offload = [getattr(o.device, "value", o.device) if o else "none"
-                   for o in (engine.zero_offload_optimizer(), engine.zero_offload_param())]  # fmt: skip
+        offload = [
+            getattr(o.device, "value", o.device) if o else "none"
+            for o in (engine.zero_offload_optimizer(), engine.zero_offload_param())
+        ]
         info["deepspeed"] = {
             "version": version("deepspeed"),
             "zero_stage": engine.zero_optimization_stage(),

@@ -23,25 +23,31 @@ class CPUSettings:
 
     compact_cpu_lm_head: bool = field(
         default=True,
-        metadata={"help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "
-                  "every position of prompt and completion: same loss and log-probabilities, ~0.4x the SFT "
-                  "step time and less memory (tests/benchmarks/bench_sft_lm_head.py)."},
-    )  # fmt: skip
+        metadata={
+            "help": "CPU: TRL's fused LM head scores only the completion tokens (as on CUDA) instead of "
+            "every position of prompt and completion: same loss and log-probabilities, ~0.4x the SFT "
+            "step time and less memory (tests/benchmarks/bench_sft_lm_head.py)."
+        },
+    )
     cpu_lm_head_tile_tokens: int = field(
         default=512,
-        metadata={"help": "CPU: positions per tile of TRL's fused LM head (TRL: 4096); with "
-                  "cpu_lm_head_tile_vocab, the head's transient memory (tests/benchmarks/bench_memory_grpo.py)."},
-    )  # fmt: skip
+        metadata={
+            "help": "CPU: positions per tile of TRL's fused LM head (TRL: 4096); with "
+            "cpu_lm_head_tile_vocab, the head's transient memory (tests/benchmarks/bench_memory_grpo.py)."
+        },
+    )
     cpu_lm_head_tile_vocab: int = field(
         default=4096,
         metadata={"help": "CPU: vocabulary columns per tile of TRL's fused LM head (TRL: 32768)."},
-    )  # fmt: skip
+    )
     bound_cpu_heap: bool = field(
         default=False,
-        metadata={"help": "CPU: a fixed 1 MiB glibc mmap threshold, so the heap does not grow over batches and "
-                  "rollouts of varying length: SFT final RSS 0.25x, peak 0.72x, at 1.33x s/step "
-                  "(tests/benchmarks/bench_cpu_heap.py); for long runs near the memory limit."},
-    )  # fmt: skip
+        metadata={
+            "help": "CPU: a fixed 1 MiB glibc mmap threshold, so the heap does not grow over batches and "
+            "rollouts of varying length: SFT final RSS 0.25x, peak 0.72x, at 1.33x s/step "
+            "(tests/benchmarks/bench_cpu_heap.py); for long runs near the memory limit."
+        },
+    )
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter

@@ -26,6 +26,7 @@ def load_model(model_args: ModelConfig, training: Any) -> tuple[str, Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args, training),
-                                                 attn_implementation=model_args.attn_implementation)  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=model_dtype(model_args, training), attn_implementation=model_args.attn_implementation
+    )
     return base, model, tokenizer

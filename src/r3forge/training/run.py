@@ -47,18 +47,17 @@ AUTO = ("auto", "true", "latest", "last")
 # the TrainingArguments / SFTConfig / GRPOConfig fields that decide the trained model: a resume must keep them.
 # The others may change between the runs of one folder: max_steps / num_train_epochs (a resume may extend
 # them), logging, saving and evaluation cadence, dataloader, precision-of-kernels and distributed knobs.
-TRAINED_BY = (
-    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "weight_decay",
-    "adam_beta1", "adam_beta2", "adam_epsilon", "optim", "optim_args", "max_grad_norm", "seed", "data_seed",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "label_smoothing_factor",
-    "neftune_noise_alpha", "max_length", "packing", "packing_strategy", "padding_free", "completion_only_loss",
-    "assistant_only_loss", "loss_type", "dataset_text_field", "truncation_mode", "chat_template_path",
-    "shuffle_dataset", "beta", "epsilon", "epsilon_high", "delta", "num_generations", "num_iterations",
-    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_completion_length",
-    "importance_sampling_level", "mask_truncated_completions", "scale_rewards", "reward_weights",
-    "steps_per_generation", "entropy_coef", "disable_dropout", "sync_ref_model",
-    "ref_model_mixup_alpha", "ref_model_sync_steps",
-)  # fmt: skip
+_TRAINED_BY = (
+    "learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps warmup_ratio weight_decay adam_beta1 "
+    "adam_beta2 adam_epsilon optim optim_args max_grad_norm seed data_seed per_device_train_batch_size "
+    "gradient_accumulation_steps bf16 fp16 label_smoothing_factor neftune_noise_alpha max_length packing "
+    "packing_strategy padding_free completion_only_loss assistant_only_loss loss_type dataset_text_field "
+    "truncation_mode chat_template_path shuffle_dataset beta epsilon epsilon_high delta num_generations "
+    "num_iterations temperature top_p top_k min_p repetition_penalty max_completion_length "
+    "importance_sampling_level mask_truncated_completions scale_rewards reward_weights steps_per_generation "
+    "entropy_coef disable_dropout sync_ref_model ref_model_mixup_alpha ref_model_sync_steps"
+)
+TRAINED_BY = tuple(_TRAINED_BY.split())
 # script / model fields that only say how fast or how much memory a run takes
 SPEED_ONLY = ("attn_implementation", "save_rollouts", *(f.name for f in dataclasses.fields(CPUSettings)))
 # script fields that only decide what the held-out evaluation reads: the trained model is the same, so a
@@ -70,8 +69,13 @@ def git_commit(path: Path | None = None) -> str | None:
     """HEAD of the git checkout holding `path` (default: the r3forge sources), or None (a wheel install)."""
     where = path or Path(r3forge.__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=False)  # fmt: skip
+        out = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -118,8 +122,14 @@ def claim_run(recipe: str, configs: Sequence[Any], training: Any, overwrite: boo
     or of other settings is refused unless `overwrite`, which moves it aside."""
     trained_by = {k: getattr(training, k) for k in TRAINED_BY if hasattr(training, k)}
     wanted = settings([*configs, trained_by], drop=SPEED_ONLY)
-    claim(training.output_dir, recipe, wanted, overwrite, legacy=("run.json", "config.yaml", "checkpoint-*"),
-          free=EVAL_ONLY)  # fmt: skip
+    claim(
+        training.output_dir,
+        recipe,
+        wanted,
+        overwrite,
+        legacy=("run.json", "config.yaml", "checkpoint-*"),
+        free=EVAL_ONLY,
+    )
 
 
 def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora: bool) -> dict[str, Any]:
