@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge import __version__
 from r3forge.backends import GenerationRequest, HFLocalBackend
+from r3forge.backends.hf_local import load_causal_lm
 from r3forge.config import parse_config, save_config
 from r3forge.data.synth_world import SynthWorldConfig, generate_world
 from r3forge.data.world_files import write_world
@@ -105,11 +105,7 @@ def main(config: DemoConfig) -> Path:
     timings["world"] = time.perf_counter() - t0 - sum(timings.values())
 
     print(f"[3/4] answering {len(questions)} questions x {len(CONDITIONS)} conditions with {config.model}")
-    backend = HFLocalBackend(
-        AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32),
-        AutoTokenizer.from_pretrained(model_path),
-        batch_size=config.batch_size,
-    )
+    backend = HFLocalBackend(*load_causal_lm(model_path), batch_size=config.batch_size)
     golds = [q["answers"] for q in questions]
     rows: dict[str, dict] = {}
     for cond in tqdm(CONDITIONS, desc="conditions"):

@@ -10,7 +10,6 @@
 started for the job, or a URL).
 
 Greedy decoding of a prompt gives the same tokens and top-k logprobs (fp32, within 1e-3) on all three.
-`build_backend(config)` picks the backend from the config's type.
 """
 
 from __future__ import annotations
@@ -31,20 +30,6 @@ from r3forge.backends.base import (
 from r3forge.backends.hf_local import HFLocalBackend, HFLocalConfig
 from r3forge.backends.openai_http import HTTPStats, OpenAIHTTPBackend, OpenAIHTTPConfig
 
-
-def build_backend(config) -> GenerationBackend:
-    """`OpenAIHTTPConfig` / `VLLMEngineConfig` / `HFLocalConfig` -> the matching backend."""
-    if isinstance(config, OpenAIHTTPConfig):
-        return OpenAIHTTPBackend(config)
-    if isinstance(config, HFLocalConfig):
-        return HFLocalBackend.from_config(config)
-    if type(config).__name__ == "VLLMEngineConfig":  # the class lives in the lazily imported module
-        from r3forge.backends.vllm_engine import VLLMEngineBackend
-
-        return VLLMEngineBackend(config)
-    raise TypeError(f"no generation backend for config type {type(config).__name__}")
-
-
 __all__ = [
     "BackendError",
     "Choice",
@@ -61,6 +46,5 @@ __all__ = [
     "RequestFailed",
     "TokenKey",
     "Usage",
-    "build_backend",
     "split_reasoning",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
@@ -29,6 +30,16 @@ from r3forge.backends.base import (
     with_n_choices,
 )
 from r3forge.models import resolve_model
+
+
+def load_causal_lm(name: str, dtype: str = "float32", device: str = "cpu") -> tuple[PreTrainedModel, Any]:
+    """(model in eval mode on `device`, tokenizer) of a causal LM run here for generation or scoring (an
+    embedded short name, a local folder or a Hub id): what `HFLocalBackend`, the query-likelihood reranker,
+    QREAM's orientation score and the demo load. A model being trained opens in `training/model.py`."""
+    path = resolve_model(name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    return model.to(device).eval(), tokenizer
 
 
 @dataclass
@@ -57,10 +68,8 @@ class HFLocalBackend:
 
     @classmethod
     def from_config(cls, config: HFLocalConfig) -> HFLocalBackend:
-        path = resolve_model(config.model)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, config.dtype))
-        return cls(model.to(config.device).eval(), tokenizer, config.batch_size)
+        model, tokenizer = load_causal_lm(config.model, config.dtype, config.device)
+        return cls(model, tokenizer, config.batch_size)
 
     def encode(self, request: GenerationRequest) -> list[int]:
         """Prompt token ids, built the way vLLM builds them (see the module docstring)."""

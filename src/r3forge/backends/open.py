@@ -21,7 +21,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from r3forge import backends
+from r3forge.backends.hf_local import HFLocalBackend, HFLocalConfig
+from r3forge.backends.openai_http import OpenAIHTTPBackend, OpenAIHTTPConfig
 from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
 from r3forge.errors import ConfigError
 from r3forge.identity import model_identity
@@ -120,10 +121,13 @@ def open_llm(config: LLMConfig, seed: int | None = None) -> Iterator[LLM]:
     with ExitStack() as stack:
         tokenizer, model_id = None, llm_identity(config)
         if config.backend == "hf":
-            backend = backends.build_backend(backends.HFLocalConfig(model=config.model, device=config.device))
+            backend = HFLocalBackend.from_config(HFLocalConfig(model=config.model, device=config.device))
             tokenizer = backend.tokenizer
         elif config.backend == "vllm":
-            from r3forge.backends.vllm_engine import VLLMEngineConfig  # imports vllm (seconds)
+            from r3forge.backends.vllm_engine import (  # imports vllm (seconds)
+                VLLMEngineBackend,
+                VLLMEngineConfig,
+            )
 
             share = (
                 {"gpu_memory_utilization": config.gpu_memory_utilization}
@@ -132,7 +136,7 @@ def open_llm(config: LLMConfig, seed: int | None = None) -> Iterator[LLM]:
             )
             if seed is not None:
                 share["seed"] = seed
-            backend = backends.build_backend(
+            backend = VLLMEngineBackend(
                 VLLMEngineConfig(
                     model=config.model,
                     max_logprobs=config.max_logprobs,
@@ -154,8 +158,8 @@ def open_llm(config: LLMConfig, seed: int | None = None) -> Iterator[LLM]:
                     gpu_memory_utilization=config.gpu_memory_utilization,
                 )
                 base_url = stack.enter_context(VLLMServer(serve)).base_url
-            backend = backends.build_backend(
-                backends.OpenAIHTTPConfig(
+            backend = OpenAIHTTPBackend(
+                OpenAIHTTPConfig(
                     base_url=base_url,
                     model=served_name(config.model) if config.serve else config.model,
                     api_key=config.api_key,

@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import datasets
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from r3forge.backends.hf_local import load_causal_lm
 from r3forge.backends.open import LLM, LLMConfig, open_llm
 from r3forge.config import where
 from r3forge.data.loaders import load_qa
@@ -36,7 +36,6 @@ from r3forge.data.rows import split_by_question
 from r3forge.errors import ConfigError
 from r3forge.metrics.orientation import r_inc, s_orient
 from r3forge.metrics.qa import answer_in_text
-from r3forge.models import resolve_model
 from r3forge.qream.extractive import extractive_candidates
 from r3forge.qream.rewrite import RewriteStep, first_tokens, ft_prompt, raw_retrieval, rewrite_item
 from r3forge.qream.score import (
@@ -347,9 +346,7 @@ def add_orientation(rows: list[dict], model_name: str, batch_size: int = 8) -> d
     gain `s_orient`) and of each question's r_raw; mean r_inc (1 - S_fact over candidates with facts).
     Returns the means for raw, all candidates and golden rewrites."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    path = resolve_model(model_name)
-    model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    model, tokenizer = load_causal_lm(model_name, device=device)
     raw = {r["question_id"]: (r["raw"], r["question"]) for r in rows}
     raw_scores = s_orient(
         model, tokenizer, [d for d, _ in raw.values()], [q for _, q in raw.values()], batch_size=batch_size

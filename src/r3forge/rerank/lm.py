@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
 from r3forge.backends.base import GenerationBackend, GenerationRequest, token_decoder
+from r3forge.backends.hf_local import load_causal_lm
 from r3forge.errors import ConfigError
-from r3forge.models import resolve_model
 from r3forge.rerank.base import Candidate, RerankOutput, check_inputs, flat_pairs, passage, split_flat
 
 QLM_INSTRUCTION = "Passage: {passage}\nPlease write a question based on this passage."
@@ -68,10 +68,8 @@ class QLMReranker:
 
     @classmethod
     def from_config(cls, config: QLMConfig) -> QLMReranker:
-        path = resolve_model(config.model)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, config.dtype))
-        return cls(model.to(config.device).eval(), tokenizer, config)
+        model, tokenizer = load_causal_lm(config.model, config.dtype, config.device)
+        return cls(model, tokenizer, config)
 
     def encode(self, question: str, candidate: Candidate) -> tuple[list[int], int]:
         """(prompt + question token ids, number of question tokens at the end)."""
