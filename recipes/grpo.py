@@ -79,17 +79,18 @@ def main(
 ) -> dict[str, Any]:
     """Train, save `final/` and the run files; returns the final metrics."""
     check_trl()
-    apply_cpu_settings(script)  # CPU: the LM head on completion tokens in small tiles; optionally the heap
-    # before anything loads: a folder of another command or of other settings is refused
-    claim_run("grpo", (script, search, env_config, rollout, model_args), training, script.overwrite)
+    if training.max_completion_length is None:
+        raise ConfigError("max_completion_length: set the token budget of a whole rollout")
+    claim_run(
+        "grpo", (script, search, env_config, rollout, model_args), training, script.overwrite
+    )  # before anything loads
     resume = prepare_output_dir(
         training.output_dir, training.resume_from_checkpoint, script.overwrite, training.save_only_model
     )
     out = Path(training.output_dir)
-    set_seed(training.seed)
-    if training.max_completion_length is None:
-        raise ConfigError("max_completion_length: set the token budget of a whole rollout")
     engine = resolve_rollout_engine(script.rollout_engine, training, bool(model_args.use_peft))
+    apply_cpu_settings(script)  # CPU: the LM head on completion tokens in small tiles; optionally the heap
+    set_seed(training.seed)
     rows = load_agent_rows(
         script.dataset,
         "train",
@@ -102,6 +103,12 @@ def main(
     train = datasets.Dataset.from_list(rows)
 
     base, model, tokenizer = load_model(model_args, training)
+    info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
+    info |= {
+        "precision": precision_info(training),
+        "rollout_engine": engine,
+        "packed_step": script.packed_step,
+    }
     if training.reward_weights is None:
         training.reward_weights = [1.0, 0.0]  # answer_reward trains; format_reward is logged only
     with ExitStack() as stack:
@@ -127,10 +134,6 @@ def main(
         )
         if trainer.is_world_process_zero():
             save_config((script, search, env_config, rollout, model_args, training), out / "config.yaml")
-            info = run_info("grpo", "agent", base, [script.dataset], bool(model_args.use_peft))
-            info["precision"] = precision_info(training)
-            info["rollout_engine"] = engine  # `rollout_engine: auto` made concrete
-            info["packed_step"] = script.packed_step
             print(precision_line(info["precision"]), flush=True)
             write_json(out / "run.json", info)
         if engine == "vllm":  # TRL's engine slot: it syncs the weights and corrects by TIS

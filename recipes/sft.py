@@ -88,6 +88,9 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
 
     # model: an embedded name, a local folder or a Hub id; LoRA when use_peft
     base, model, tokenizer = load_model(model_args, training)
+    data_paths = [script.dataset, *([script.eval_dataset] * bool(script.eval_dataset))]
+    info = run_info("sft", script.task, base, data_paths, bool(model_args.use_peft))
+    info["precision"] = precision_info(training)
     training.completion_only_loss = (
         True if training.completion_only_loss is None else training.completion_only_loss
     )
@@ -103,14 +106,6 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     if trainer.is_world_process_zero():
         out.mkdir(parents=True, exist_ok=True)
         save_config((script, model_args, training), out / "config.yaml")
-        info = run_info(
-            "sft",
-            script.task,
-            base,
-            [script.dataset, *([script.eval_dataset] * bool(script.eval_dataset))],
-            bool(model_args.use_peft),
-        )
-        info["precision"] = precision_info(training)
         print(precision_line(info["precision"]), flush=True)
         write_json(out / "run.json", info)
     trainer.add_callback(MetricsJSONL(out / "metrics.jsonl"))

@@ -18,6 +18,14 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # the packages that use annotation itself: the command table, the quickstart (it annotates), the verbal reranker
 # (the teacher's step run by a student), SFT's task eval (a student scored on the teacher's task)
 ANNOTATION_USERS = ("annotate", "cli", "quickstart", "rerank", "sft")
+# the recipes are above every package, so no module imports them; these name them by string (ARCHITECTURE.md):
+# the command table (`r3forge sft|grpo`) and the `python -m` entry points of accelerate / torchrun
+RECIPE_EDGES = [
+    "src/r3forge/agent/grpo.py: r3forge.recipes.grpo",
+    "src/r3forge/cli.py: r3forge.recipes.grpo:cli",
+    "src/r3forge/cli.py: r3forge.recipes.sft:cli",
+    "src/r3forge/sft/__main__.py: r3forge.recipes.sft",
+]
 
 
 def lint(src: Path, config: Path, cwd: Path) -> subprocess.CompletedProcess:
@@ -75,6 +83,30 @@ def test_annotate_is_imported_only_by_its_users(tmp_path: Path):
         "recipes/r.py:1",
         f"src/r3forge/retrieval/bm25.py:{len(bm25.read_text().splitlines())}",
     ]
+
+
+def recipe_edges(src: Path) -> list[str]:
+    """`file: name` of every import of `r3forge.recipes` and every string naming it (runpy, the command table)."""
+    found = []
+    for path in sorted((src / "r3forge").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value]
+            found += [
+                f"{path.relative_to(src.parent)}: {n}" for n in names if n.startswith("r3forge.recipes")
+            ]
+    return sorted(found)
+
+
+def test_only_the_declared_edges_reach_the_recipes(tmp_path: Path):
+    assert recipe_edges(ROOT / "src") == RECIPE_EDGES
+    shutil.copytree(ROOT / "src" / "r3forge", tmp_path / "src" / "r3forge")
+    env = tmp_path / "src" / "r3forge" / "agent" / "env.py"
+    env.write_text(env.read_text() + "\n\ndef _x():\n    from r3forge.recipes import grpo  # noqa\n")
+    assert "src/r3forge/agent/env.py: r3forge.recipes" in recipe_edges(tmp_path / "src")
 
 
 def test_the_wheel_lists_every_package_and_the_recipes():
