@@ -57,15 +57,17 @@ from r3forge.config import save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.models import resolve_model
+from r3forge.runfolder import claim_command
 from r3forge.training.cpu import apply_cpu_settings
 from r3forge.training.model import load_model
 from r3forge.training.run import (
+    RUN_FILES,
     MetricsJSONL,
-    claim_run,
     precision_info,
     precision_line,
     prepare_output_dir,
     run_info,
+    trained_by,
 )
 
 
@@ -81,9 +83,8 @@ def main(
     check_trl()
     if training.max_completion_length is None:
         raise ConfigError("max_completion_length: set the token budget of a whole rollout")
-    claim_run(
-        "grpo", (script, search, env_config, rollout, model_args), training, script.overwrite
-    )  # before anything loads
+    configs = (script, search, env_config, rollout, model_args, trained_by(training))
+    claim_command("grpo", training.output_dir, configs, script.overwrite, RUN_FILES)  # before anything loads
     resume = prepare_output_dir(
         training.output_dir, training.resume_from_checkpoint, script.overwrite, training.save_only_model
     )

@@ -41,18 +41,20 @@ from r3forge.config import parse_config, save_config
 from r3forge.data.jsonio import write_json
 from r3forge.errors import ConfigError
 from r3forge.models import check_models
+from r3forge.runfolder import claim_command
 from r3forge.sft.config import SFT_CONFIGS, TASKS, SFTScriptArguments
 from r3forge.sft.taskeval import TaskEval, whole_questions
 from r3forge.sft.train import TASK_COLUMNS, check_deepspeed_launch, distributed_info, load_split
 from r3forge.training.cpu import apply_cpu_settings
 from r3forge.training.model import load_model
 from r3forge.training.run import (
+    RUN_FILES,
     MetricsJSONL,
-    claim_run,
     precision_info,
     precision_line,
     prepare_output_dir,
     run_info,
+    trained_by,
 )
 
 
@@ -60,7 +62,8 @@ def main(script: SFTScriptArguments, model_args: ModelConfig, training: SFTConfi
     """Train, evaluate, save `final/` and the run files; returns the final metrics."""
     if script.task not in TASKS:
         raise ConfigError(f"task must be one of {TASKS}, got {script.task!r}")
-    claim_run("sft", (script, model_args), training, script.overwrite)  # before anything loads
+    configs = (script, model_args, trained_by(training))
+    claim_command("sft", training.output_dir, configs, script.overwrite, RUN_FILES)  # before anything loads
     resume = prepare_output_dir(
         training.output_dir, training.resume_from_checkpoint, script.overwrite, training.save_only_model
     )

@@ -1,7 +1,7 @@
 """Run folders know their owner: `owner.json` names the command that made a folder and the settings that decide
 what it holds, so no command mixes its outputs into another run's folder or overwrites them silently.
 
-    claim(run.output_dir, "annotate verbal", settings(configs, drop=("max_questions",)), run.overwrite)
+    claim_command("annotate verbal", run.output_dir, configs, run.overwrite)
 
 The first command to use a folder writes `owner.json` (kind, settings, time, version). A later command with
 the same kind and settings resumes there (the command's own resume: the synthesis caches, `resume_from_checkpoint:
@@ -32,6 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,65 @@ MARKERS = (
     "evidence.jsonl",
     "claims.jsonl",
 )
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which config fields of a command are not its folder's identity, beyond `RUNTIME` (`IDENTITY`)."""
+
+    leave_out: tuple[str, ...] = ()  # what the command extends in place or re-derives from its caches
+    free: tuple[str, ...] = ()  # recorded in owner.json; a later run of the folder may change them
+    keep: tuple[str, ...] = ()  # RUNTIME names that decide this command's output after all
+
+
+# The training arguments (TrainingArguments / SFTConfig / GRPOConfig: hundreds of fields) that decide the trained
+# model: a resume must keep them. The others may change between the runs of one folder: max_steps /
+# num_train_epochs (a resume may extend them), logging, saving and evaluation cadence, dataloader,
+# precision-of-kernels and distributed knobs. `training/run.py: claim_training` passes only these.
+_TRAINED_BY = (
+    "learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps warmup_ratio weight_decay adam_beta1 "
+    "adam_beta2 adam_epsilon optim optim_args max_grad_norm seed data_seed per_device_train_batch_size "
+    "gradient_accumulation_steps bf16 fp16 label_smoothing_factor neftune_noise_alpha max_length packing "
+    "packing_strategy padding_free completion_only_loss assistant_only_loss loss_type dataset_text_field "
+    "truncation_mode chat_template_path shuffle_dataset beta epsilon epsilon_high delta num_generations "
+    "num_iterations temperature top_p top_k min_p repetition_penalty max_completion_length "
+    "importance_sampling_level mask_truncated_completions scale_rewards reward_weights steps_per_generation "
+    "entropy_coef disable_dropout sync_ref_model ref_model_mixup_alpha ref_model_sync_steps"
+)
+TRAINED_BY = tuple(_TRAINED_BY.split())
+# how many items an annotation takes: its records are per item, so a rerun may take more (the cache grows)
+_ITEM_SCOPE = ("max_questions", "max_docs_per_question", "max_items")
+# only how fast a training step runs or how much memory it takes (and training/cpu.py's CPUSettings)
+_SPEED_ONLY = (
+    "attn_implementation save_rollouts compact_cpu_lm_head cpu_lm_head_tile_tokens cpu_lm_head_tile_vocab "
+    "bound_cpu_heap"
+)
+_TRAINING = Identity(
+    leave_out=tuple(_SPEED_ONLY.split()),
+    # what the held-out evaluation reads: the trained model is the same (the rows before a resume used the old)
+    free=("max_eval_samples", "task_eval_samples", "task_eval_batch_size", "task_eval_at_start"),
+)
+_QREAM_SELECTION = (
+    "fact_judge judge_tau lexical_threshold echo_guard selection validation_fraction orient_model"
+)
+# Every command that writes a folder, by the name its owner.json records, and what of its configs is not the
+# folder's identity; every other field is (the one place that decides it; a command not listed: all fields).
+IDENTITY: dict[str, Identity] = {
+    "annotate verbal": Identity(leave_out=_ITEM_SCOPE),
+    "annotate judge": Identity(leave_out=_ITEM_SCOPE),
+    "annotate paraphrase": Identity(leave_out=_ITEM_SCOPE),
+    # how it judges and selects its cached stages: a rerun re-thresholds the cached verdicts (a new tau) or adds
+    # a stage folder (another fact judge) and rewrites the outputs; the question count is a setting (the
+    # stylistic seeds are drawn from the questions left out)
+    "annotate qream": Identity(leave_out=tuple(_QREAM_SELECTION.split())),
+    # a sweep re-reads the saved scores: more questions, methods, Top-M or thresholds extend the run
+    "eval rag": Identity(leave_out=("max_questions", "methods", "top_m", "thresholds")),
+    "synth run": Identity(leave_out=("max_items", "export", "tokenizer")),
+    "quickstart": Identity(leave_out=("run_dir", "fresh", "stop_after", "output_root")),
+    "train-cross-encoder": Identity(keep=("batch_size",)),  # pairs per step: it shapes the model
+    "sft": _TRAINING,
+    "grpo": _TRAINING,
+}
 # what a command writes before it produces anything: a folder holding only these is free to claim again
 SETUP = (OWNER, "config.yaml")
 # kinds whose folder holds the runs and files of the commands they run (the quickstart's stages)
@@ -255,6 +315,31 @@ def check_file(path: str | os.PathLike[str], origin: str) -> Path:
             "write it outside that folder"
         )
     return out
+
+
+def claim_command(
+    command: str,
+    folder: str | os.PathLike[str],
+    configs: Iterable[Any],
+    overwrite: bool = False,
+    legacy: Iterable[str] = (),
+    remedy: str = REMEDY,
+    write: bool = True,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Claim `folder` for `command` with the settings of `configs` (`IDENTITY[command]` says which fields are not
+    its identity), before anything loads: what every command that writes a folder calls. A dry run only checks.
+    The rest as `claim`. Returns the settings (what `record_owner` writes for a command with `write=False`)."""
+    configs = list(configs)
+    rule = IDENTITY.get(command, Identity())
+    wanted = settings(configs, drop=rule.leave_out)
+    for key in rule.keep:
+        wanted[key] = _plain(next(getattr(c, key) for c in configs if hasattr(c, key)))
+    if dry_run and not overwrite:
+        check(folder, command, wanted, legacy, remedy, rule.free)
+    elif not dry_run:
+        claim(folder, command, wanted, overwrite, legacy, remedy, write, rule.free)
+    return wanted
 
 
 def claim(

@@ -13,7 +13,7 @@ from r3forge.backends.open import LLMConfig
 from r3forge.config import parse_config, where
 from r3forge.errors import ConfigError
 from r3forge.models import check_models
-from r3forge.runfolder import check_file, claim, settings
+from r3forge.runfolder import check_file, claim_command
 
 
 def filter_closed_book(argv: list[str]) -> int:
@@ -39,12 +39,8 @@ def eval_agent(argv: list[str]) -> int:
     check_models(*configs)
     if configs[0].temperature < 0:
         raise ConfigError("temperature must be >= 0")
-    claim(
-        configs[0].output_dir,
-        "eval agent",
-        settings(configs),
-        configs[0].overwrite,
-        legacy=("config.yaml", "rows.jsonl"),
+    claim_command(
+        "eval agent", configs[0].output_dir, configs, configs[0].overwrite, ("config.yaml", "rows.jsonl")
     )
     evaluate.main(*configs)
     return 0
@@ -53,12 +49,8 @@ def eval_agent(argv: list[str]) -> int:
 def tts_main(argv: list[str]) -> int:
     configs = parse_config(tts.TTS_CONFIGS, argv, prog="r3forge eval tts")
     check_models(*configs)
-    claim(
-        configs[0].output_dir,
-        "eval tts",
-        settings(configs),
-        configs[0].overwrite,
-        legacy=("config.yaml", "rows.jsonl"),
+    claim_command(
+        "eval tts", configs[0].output_dir, configs, configs[0].overwrite, ("config.yaml", "rows.jsonl")
     )
     tts.main(*configs)
     return 0

@@ -11,8 +11,8 @@ from r3forge.annotate.report import annotation_report, format_report
 from r3forge.annotate.rules import RulesConfig, rules_main
 from r3forge.config import parse_config
 from r3forge.models import check_models
-from r3forge.runfolder import claim, record_owner, settings
-from r3forge.synth.job import own_folder
+from r3forge.runfolder import claim_command, record_owner
+from r3forge.synth.store import MANIFEST
 
 DATASET = ("dataset_dict.json",)  # what an SFT export folder made before owner records holds
 
@@ -23,25 +23,29 @@ class ReportArgs:
 
 
 def verbal(argv: list[str]) -> int:
-    configs = parse_config(jobs.VERBAL_CONFIGS, argv, prog="r3forge annotate verbal")
+    _, _, _, run, _ = configs = parse_config(jobs.VERBAL_CONFIGS, argv, prog="r3forge annotate verbal")
     check_models(*configs)
-    own_folder("annotate verbal", configs, scope=jobs.ITEM_SCOPE)
+    claim_command("annotate verbal", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
     jobs.verbal_main(*configs)
     return 0
 
 
 def judge(argv: list[str]) -> int:
-    configs = parse_config(jobs.JUDGE_CONFIGS, argv, prog="r3forge annotate judge")
+    _, _, run, _ = configs = parse_config(jobs.JUDGE_CONFIGS, argv, prog="r3forge annotate judge")
     check_models(*configs)
-    own_folder("annotate judge", configs, scope=jobs.ITEM_SCOPE)
+    claim_command("annotate judge", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
     jobs.judge_main(*configs)
     return 0
 
 
 def paraphrase(argv: list[str]) -> int:
-    configs = parse_config(jobs.PARAPHRASE_CONFIGS, argv, prog="r3forge annotate paraphrase")
+    _, _, _, run, _ = configs = parse_config(
+        jobs.PARAPHRASE_CONFIGS, argv, prog="r3forge annotate paraphrase"
+    )
     check_models(*configs)
-    own_folder("annotate paraphrase", configs, scope=jobs.ITEM_SCOPE)
+    claim_command(
+        "annotate paraphrase", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run
+    )
     jobs.paraphrase_main(*configs)
     return 0
 
@@ -54,8 +58,7 @@ def report(argv: list[str]) -> int:
 
 def rules(argv: list[str]) -> int:
     (cfg,) = parse_config((RulesConfig,), argv, prog="r3forge annotate rules")
-    wanted = settings([cfg])
-    claim(cfg.output_dir, "annotate rules", wanted, cfg.overwrite, legacy=DATASET, write=False)
+    wanted = claim_command("annotate rules", cfg.output_dir, [cfg], cfg.overwrite, DATASET, write=False)
     print(json.dumps(rules_main(cfg)))
     record_owner(cfg.output_dir, "annotate rules", wanted)
     return 0
@@ -63,8 +66,7 @@ def rules(argv: list[str]) -> int:
 
 def export_sft_main(argv: list[str]) -> int:
     (cfg,) = parse_config((ExportSFTConfig,), argv, prog="r3forge annotate export-sft")
-    wanted = settings([cfg])
-    claim(cfg.output_dir, "annotate export-sft", wanted, cfg.overwrite, legacy=DATASET, write=False)
+    wanted = claim_command("annotate export-sft", cfg.output_dir, [cfg], cfg.overwrite, DATASET, write=False)
     export_sft(cfg)
     record_owner(cfg.output_dir, "annotate export-sft", wanted)
     return 0

@@ -121,10 +121,6 @@ JUDGE_CONFIGS = (JudgeConfig, LLMConfig, RunConfig, HubConfig)
 PARAPHRASE_CONFIGS = (PairsConfig, ParaphraseConfig, LLMConfig, RunConfig, HubConfig)
 
 
-# how many items a job takes: its records are per item, so a rerun may take more (the cache grows in place)
-ITEM_SCOPE = ("max_questions", "max_docs_per_question", "max_items")
-
-
 def load_pairs(config: PairsConfig) -> list[dict]:
     """The (question, document) items of a job, in input order."""
     records = load_qa(config.qa_path, config.qa_format)

@@ -13,7 +13,7 @@ from r3forge.data import synth_world, world_files
 from r3forge.data.jsonio import write_jsonl
 from r3forge.data.loaders import load_corpus, load_qa, summarize
 from r3forge.errors import ConfigError
-from r3forge.runfolder import check_file, claim, record_owner, settings
+from r3forge.runfolder import check_file, claim_command, record_owner
 
 
 @dataclass
@@ -82,9 +82,9 @@ def pool(config: PoolConfig) -> dict:
 def synth_world_main(argv: list[str]) -> int:
     classes = (synth_world.SynthWorldConfig, WorldOutputArgs)
     cfg, out = parse_config(classes, argv, prog="r3forge data synth-world")
-    wanted = settings([cfg])  # the same settings make the same bytes: a rerun replaces the folder by its copy
+    # the same settings make the same bytes: a rerun replaces the folder by its copy
     world = (world_files.FILES["world"],)
-    claim(cfg.output_dir, "data synth-world", wanted, out.overwrite, legacy=world, write=False)
+    wanted = claim_command("data synth-world", cfg.output_dir, [cfg], out.overwrite, world, write=False)
     world_files.main(cfg)
     record_owner(cfg.output_dir, "data synth-world", wanted)
     return 0

@@ -12,11 +12,10 @@ from r3forge.evalrag.plots import write_report
 from r3forge.evalrag.report import load_eval_rows
 from r3forge.evalrag.tuning import write_tuned
 from r3forge.models import check_models
-from r3forge.runfolder import claim, settings
+from r3forge.runfolder import claim_command
 
 # the extent of the sweep: every probe, score and answer is cached, so a rerun may grow it in place (the
 # outputs are rewritten from the caches); every other setting decides what the cached results mean
-SWEEP = ("max_questions", "methods", "top_m", "thresholds")
 
 
 @dataclass
@@ -48,19 +47,13 @@ def rag(argv: list[str]) -> int:
     configs = parse_config(pipeline.EVAL_CONFIGS, argv, prog="r3forge eval rag")
     check_models(*configs)
     config = configs[0]
-    claim(
-        config.output_dir,
-        "eval rag",
-        settings(configs, drop=SWEEP),
-        config.overwrite,
-        legacy=("config.yaml", "rows.jsonl"),
-    )
+    claim_command("eval rag", config.output_dir, configs, config.overwrite, ("config.yaml", "rows.jsonl"))
     pipeline.eval_main(*configs)
     return 0
 
 
 def report(argv: list[str]) -> int:
     (args,) = parse_config((ReportArgs,), argv, prog="r3forge eval report")
-    claim(args.output_dir, "eval report", settings([args]), args.overwrite)
+    claim_command("eval report", args.output_dir, [args], args.overwrite)
     report_main(args)
     return 0

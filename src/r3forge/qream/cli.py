@@ -9,44 +9,34 @@ from r3forge.models import check_models
 from r3forge.qream.apply import REWRITE_CONFIGS, rewrite_main
 from r3forge.qream.judge_probe import PROBE_CONFIGS, probe_main
 from r3forge.qream.pipeline import QREAM_CONFIGS, check_retrieval, qream_main
-from r3forge.synth.job import own_folder
-
-# how `annotate qream` judges and selects its cached stages: a rerun may change it (a new tau re-thresholds the
-# cached verdicts, another fact judge adds its own stage folder) and rewrites the outputs from the caches.
-# The question count is a setting: the seeds are drawn from the questions left out.
-SELECTION = (
-    "fact_judge",
-    "judge_tau",
-    "lexical_threshold",
-    "echo_guard",
-    "selection",
-    "validation_fraction",
-    "orient_model",
-)
+from r3forge.runfolder import claim_command
+from r3forge.synth.store import MANIFEST
 
 
 def qream(argv: list[str]) -> int:
-    configs = parse_config(QREAM_CONFIGS, argv, prog="r3forge annotate qream")
+    config, _, _, run = configs = parse_config(QREAM_CONFIGS, argv, prog="r3forge annotate qream")
     check_models(*configs)
-    check_retrieval(configs[0])
-    own_folder("annotate qream", configs, scope=SELECTION)
+    check_retrieval(config)
+    claim_command("annotate qream", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
     qream_main(*configs)
     return 0
 
 
 def rewrite(argv: list[str]) -> int:
-    configs = parse_config(REWRITE_CONFIGS, argv, prog="r3forge rewrite")
+    config, _, _, run = configs = parse_config(REWRITE_CONFIGS, argv, prog="r3forge rewrite")
     check_models(*configs)
-    check_retrieval(configs[0])
-    own_folder("rewrite", configs, scope=())
+    check_retrieval(config)
+    claim_command("rewrite", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
     rewrite_main(*configs)
     return 0
 
 
 def judge_probe(argv: list[str]) -> int:
-    configs = parse_config(PROBE_CONFIGS, argv, prog="r3forge annotate qream-judge-probe")
+    config, _, run = configs = parse_config(PROBE_CONFIGS, argv, prog="r3forge annotate qream-judge-probe")
     check_models(*configs)
-    check_retrieval(configs[0])
-    own_folder("annotate qream-judge-probe", configs, scope=())  # claims mix sentences across questions
+    check_retrieval(config)
+    claim_command(
+        "annotate qream-judge-probe", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run
+    )
     probe_main(*configs)
     return 0

@@ -33,13 +33,12 @@ from typing import Literal
 
 from r3forge.config import config_to_dict
 from r3forge.errors import ConfigError
+from r3forge.runfolder import IDENTITY
 
 # the observation settings of configs/grpo/agent_world_cpu.yaml (and eval/agent_world_cpu.yaml), so that the
 # warm start teaches the format GRPO shows (tests/quickstart checks they agree)
 DOC_MAX_WORDS = 30  # the environment cuts each passage to 30 words (rules_agent_view labels that view)
 WARMSTART_ENV = f"--observation verbal --num_retrieve 3 --num_shown 2 --doc_max_words {DOC_MAX_WORDS} --reranker_max_tokens 64"
-# QuickstartConfig fields that say where/how far to run, not what: a resume may change them
-RUN_CONTROL = ("run_dir", "fresh", "stop_after", "output_root")
 STAGE_NAMES = (
     "models",
     "world",
@@ -363,4 +362,5 @@ def build_stages(config: QuickstartConfig, run: Path) -> list[Stage]:
 
 def settings(config: QuickstartConfig) -> dict:
     """The config fields that decide what a run computes (a resume must match them)."""
-    return {k: v for k, v in config_to_dict(config).items() if k not in RUN_CONTROL}
+    where = IDENTITY["quickstart"].leave_out  # where and how far to run, not what: a resume may change them
+    return {k: v for k, v in config_to_dict(config).items() if k not in where}

@@ -37,7 +37,7 @@ from r3forge.metrics.ranking import ndcg_batch, recall_batch
 from r3forge.models import check_models, resolve_model
 from r3forge.rerank.base import Reranker, RetrieverOrder, order, passage, to_candidates
 from r3forge.rerank.encoders import CrossEncoderConfig, CrossEncoderReranker
-from r3forge.runfolder import claim, record_owner, settings
+from r3forge.runfolder import claim_command, record_owner
 
 INFO_FILE = "train_info.json"
 
@@ -209,9 +209,8 @@ def cli(argv: list[str] | None = None) -> int:
         (TrainCrossEncoderConfig,), sys.argv[1:] if argv is None else argv, prog="r3forge train-cross-encoder"
     )
     check_models(config)
-    # the owner's settings: every field but the runtime ones, and batch_size (pairs per step: it shapes the model)
-    kind, wanted = "train-cross-encoder", settings([config, {"batch_size": config.batch_size}])
-    claim(config.output_dir, kind, wanted, config.overwrite, legacy=(INFO_FILE,), write=False)
+    kind = "train-cross-encoder"
+    wanted = claim_command(kind, config.output_dir, [config], config.overwrite, (INFO_FILE,), write=False)
     info = main(config)
     record_owner(config.output_dir, kind, wanted)
     summary = {

@@ -19,7 +19,7 @@ from r3forge.retrieval import load_retriever
 from r3forge.retrieval.base import KINDS, MANIFEST_NAME, read_manifest
 from r3forge.retrieval.bm25 import BM25Config, build_bm25_index, token_regex
 from r3forge.retrieval.dense import DenseConfig, build_dense_index
-from r3forge.runfolder import claim, record_owner, settings
+from r3forge.runfolder import claim_command, record_owner
 
 
 @dataclass
@@ -54,8 +54,10 @@ class IndexSearchConfig:
 
 def build(config: IndexBuildConfig, bm25: BM25Config, dense: DenseConfig) -> None:
     corpus = config.corpus[0] if len(config.corpus) == 1 else config.corpus
-    wanted = settings([config, bm25 if config.kind == "bm25" else dense])
-    claim(config.output, "index build", wanted, config.overwrite, legacy=(MANIFEST_NAME,), write=False)
+    configs = [config, bm25 if config.kind == "bm25" else dense]
+    wanted = claim_command(
+        "index build", config.output, configs, config.overwrite, (MANIFEST_NAME,), write=False
+    )
     start = time.perf_counter()
     if config.kind == "bm25":
         build_bm25_index(corpus, config.output, bm25, config.corpus_format, config.overwrite)

@@ -27,13 +27,10 @@ from r3forge.data.jsonio import iter_json_records
 from r3forge.data.loaders import load_corpus, load_qa
 from r3forge.errors import ConfigError
 from r3forge.identity import model_identity
-from r3forge.runfolder import check, claim, settings
+from r3forge.runfolder import claim_command
 from r3forge.synth.engine import EngineConfig, SynthesisStep, run_step
 from r3forge.synth.export import HubConfig, merge_shards, push_from_config
 from r3forge.synth.store import MANIFEST
-
-# EngineConfig fields a rerun may change: how many items (the cache grows in place), the export, dry-run counts
-RUN_SCOPE = ("max_items", "export", "tokenizer")
 
 
 @dataclass
@@ -114,11 +111,9 @@ def merge(argv: Sequence[str]) -> int:
 
 def run(argv: Sequence[str]) -> int:
     args, config, hub = parse_config((RunArgs, EngineConfig, HubConfig), argv, prog="r3forge synth run")
-    wanted = settings((args, config), drop=RUN_SCOPE)
-    if not config.dry_run:
-        claim(config.output_dir, "synth run", wanted, args.overwrite, legacy=(MANIFEST,))
-    elif not args.overwrite:
-        check(config.output_dir, "synth run", wanted, legacy=(MANIFEST,))
+    claim_command(
+        "synth run", config.output_dir, (args, config), args.overwrite, (MANIFEST,), dry_run=config.dry_run
+    )
     step = load_step(args.step, json.loads(args.step_args))
     config.model = config.model or model_identity(args.backend_model, served=args.backend == "openai")
     if config.dry_run and not config.tokenizer and args.backend in ("hf", "vllm"):

@@ -1,18 +1,14 @@
 """A synthesis job's run settings, shared by every command that runs `prompt()` + `parse()` steps against a
 model (`r3forge annotate verbal|judge|paraphrase`, `annotate qream`, `rewrite`, the judge probe): the output
-folder, batching, `--shard i/N`, `--dry_run`, resume, and the claim of the folder before anything loads.
+folder, batching, `--shard i/N`, `--dry_run`, resume (the command claims the folder: `runfolder.claim_command`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from r3forge.backends.open import LLMConfig
-from r3forge.runfolder import check, claim, settings
 from r3forge.synth.engine import EngineConfig
-from r3forge.synth.store import MANIFEST
 
 
 @dataclass
@@ -48,15 +44,3 @@ def engine_config(run: RunConfig, teacher: LLMConfig, model_id: str) -> EngineCo
         progress=run.progress,
         tokenizer=tokenizer,  # dry runs count prompt tokens with it
     )
-
-
-def own_folder(kind: str, configs: Sequence[Any], scope: Sequence[str] = ()) -> None:
-    """Claim the job's output folder for `kind` and its settings (`r3forge.runfolder`; `scope`: the fields that
-    only choose how many items, so a rerun may take more) before anything loads: a folder of another job or of
-    other settings is refused unless `--overwrite true`. A dry run only checks."""
-    run = next(c for c in configs if isinstance(c, RunConfig))
-    wanted = settings(configs, drop=scope)
-    if not run.dry_run:
-        claim(run.output_dir, kind, wanted, run.overwrite, legacy=(MANIFEST,))
-    elif not run.overwrite:
-        check(run.output_dir, kind, wanted, legacy=(MANIFEST,))

@@ -15,11 +15,9 @@ this run is never overwritten silently: resume it or pass overwrite (the old con
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,35 +32,17 @@ from r3forge.config import resolved, where
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
 from r3forge.precision import cpu_model
-from r3forge.runfolder import claim, move_aside, settings
+from r3forge.runfolder import TRAINED_BY, move_aside
 from r3forge.training.checkpoints import (
     checkpoint_problem,
     latest_complete_checkpoint,
     read_state,
     roll_back_metrics,
 )
-from r3forge.training.cpu import CPUSettings
 
 AUTO = ("auto", "true", "latest", "last")
-# the TrainingArguments / SFTConfig / GRPOConfig fields that decide the trained model: a resume must keep them.
-# The others may change between the runs of one folder: max_steps / num_train_epochs (a resume may extend
-# them), logging, saving and evaluation cadence, dataloader, precision-of-kernels and distributed knobs.
-_TRAINED_BY = (
-    "learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps warmup_ratio weight_decay adam_beta1 "
-    "adam_beta2 adam_epsilon optim optim_args max_grad_norm seed data_seed per_device_train_batch_size "
-    "gradient_accumulation_steps bf16 fp16 label_smoothing_factor neftune_noise_alpha max_length packing "
-    "packing_strategy padding_free completion_only_loss assistant_only_loss loss_type dataset_text_field "
-    "truncation_mode chat_template_path shuffle_dataset beta epsilon epsilon_high delta num_generations "
-    "num_iterations temperature top_p top_k min_p repetition_penalty max_completion_length "
-    "importance_sampling_level mask_truncated_completions scale_rewards reward_weights steps_per_generation "
-    "entropy_coef disable_dropout sync_ref_model ref_model_mixup_alpha ref_model_sync_steps"
-)
-TRAINED_BY = tuple(_TRAINED_BY.split())
-# script / model fields that only say how fast or how much memory a run takes
-SPEED_ONLY = ("attn_implementation", "save_rollouts", *(f.name for f in dataclasses.fields(CPUSettings)))
-# script fields that only decide what the held-out evaluation reads: the trained model is the same, so a
-# resume may change them (recorded in owner.json; the metrics rows before the resume used the old values)
-EVAL_ONLY = ("max_eval_samples", "task_eval_samples", "task_eval_batch_size", "task_eval_at_start")
+# what a training run writes: a folder of them without owner.json is adopted
+RUN_FILES = ("run.json", "config.yaml", "checkpoint-*")
 
 
 def git_commit(path: Path | None = None) -> str | None:
@@ -116,20 +96,9 @@ def prepare_output_dir(
     return None
 
 
-def claim_run(recipe: str, configs: Sequence[Any], training: Any, overwrite: bool) -> None:
-    """Claim `training.output_dir` for `recipe` (`r3forge.runfolder`): the fields of `configs` (script and
-    model arguments) and the `TRAINED_BY` fields of `training` are its settings. A folder of another command
-    or of other settings is refused unless `overwrite`, which moves it aside."""
-    trained_by = {k: getattr(training, k) for k in TRAINED_BY if hasattr(training, k)}
-    wanted = settings([*configs, trained_by], drop=SPEED_ONLY)
-    claim(
-        training.output_dir,
-        recipe,
-        wanted,
-        overwrite,
-        legacy=("run.json", "config.yaml", "checkpoint-*"),
-        free=EVAL_ONLY,
-    )
+def trained_by(training: Any) -> dict[str, Any]:
+    """The training arguments that decide the trained model (`runfolder.TRAINED_BY`), for the folder's claim."""
+    return {k: getattr(training, k) for k in TRAINED_BY if hasattr(training, k)}
 
 
 def run_info(recipe: str, task: str, base_model: str, datasets: list[str], lora: bool) -> dict[str, Any]:
