@@ -9,7 +9,7 @@ The same `main` runs as `r3forge grpo --config ...` and `accelerate launch -m r3
 file is installed as `r3forge.recipes.grpo`). The parts it calls: `r3forge.agent.grpo` (the rollout_func),
 `rollout`, `env`, `reward`, `config` (the paper's settings, `PAPER_DEFAULTS`).
 
-Each training batch's prompts are rolled out by `rollout.run_rollouts` (search -> retriever -> verbal
+Each training batch's prompts are rolled out by `rollout.lockstep_rollouts` (search -> retriever -> verbal
 reranker -> <information> -> ... -> <answer>) and handed to TRL as prompt_ids, completion_ids, the sampling
 logprobs and `env_mask` (1 = sampled by the policy). TRL multiplies its completion mask by `env_mask`, so
 observation, reranker-comment and correction tokens contribute nothing to the loss, the KL or the entropy.

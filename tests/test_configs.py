@@ -12,8 +12,8 @@ from r3forge.annotate.jobs import JUDGE_CONFIGS, PARAPHRASE_CONFIGS, VERBAL_CONF
 from r3forge.config import parse_config
 from r3forge.demo import DemoConfig
 from r3forge.evalrag.pipeline import EVAL_CONFIGS
-from r3forge.qream.apply import REWRITE_CONFIGS
 from r3forge.qream.pipeline import QREAM_CONFIGS
+from r3forge.qream.rewrite_command import REWRITE_CONFIGS
 from r3forge.quickstart import QuickstartConfig
 from r3forge.sft.config import SFT_CONFIGS
 

@@ -14,11 +14,11 @@ from r3forge.agent.async_rollout import (
     EnvBatcher,
     VLLMStepPolicy,
     context_budgets,
-    run_rollouts_async,
+    own_pace_rollouts,
 )
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
-from r3forge.agent.rollout import HFPolicy, RolloutConfig, Turn, VLLMPolicy, encode_prompt, run_rollouts
+from r3forge.agent.rollout import HFPolicy, RolloutConfig, Turn, VLLMPolicy, encode_prompt, lockstep_rollouts
 from r3forge.errors import ConfigError
 from r3forge.retrieval import load_retriever
 
@@ -53,9 +53,9 @@ def test_greedy_async_equals_sync_with_the_embedded_model(world, smol):
     config = RolloutConfig(max_turns=2, max_turn_tokens=40, max_obs_tokens=48)
     ids = prompts(world, tok, 4)
     policy = HFPolicy(model, tok, temperature=0.0, batch_size=1)  # batch 1: outputs independent of batching
-    sync = run_rollouts(ids, policy, env, tok, config, 160)
+    sync = lockstep_rollouts(ids, policy, env, tok, config, 160)
     batched = BatchedPolicy(policy)
-    rollouts = run_rollouts_async(ids, batched, env, tok, config, 160)
+    rollouts = own_pace_rollouts(ids, batched, env, tok, config, 160)
     assert_same(sync, rollouts)
     assert any(r.searches for r in sync)  # the env path was walked, not only answers
     assert {r.finish for r in sync} - {"answer", "final", "truncated"} == set()
@@ -106,12 +106,12 @@ def test_no_turn_barrier_and_sync_equality_with_uneven_rollouts(world, smol):
     env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
     config = RolloutConfig(max_turns=4, max_turn_tokens=32, max_obs_tokens=24)
     ids = [encode_prompt(tok, [{"role": "user", "content": f"ROLLOUT {k} go"}]) for k in (0, 1, 3)]
-    sync = run_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, 4000)
+    sync = lockstep_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, 4000)
     assert [len(r.searches) for r in sync] == [0, 1, 3] and [r.invalid_turns for r in sync] == [2, 0, 0]
 
     policy, slow = PromptKeyedPolicy(tok), SlowEnv(env, 0.5)
     batcher = EnvBatcher(slow)  # type: ignore[arg-type]
-    rollouts = run_rollouts_async(ids, BatchedPolicy(policy), batcher, tok, config, 4000)
+    rollouts = own_pace_rollouts(ids, BatchedPolicy(policy), batcher, tok, config, 4000)
     assert_same(sync, rollouts)
     # the searches of rollouts 1 and 3 went in one environment call, which held them for 0.5 s; rollout 0's
     # second and third turns were generated before it returned (the synchronous loop waits for it)
@@ -123,18 +123,18 @@ def test_no_turn_barrier_and_sync_equality_with_uneven_rollouts(world, smol):
 
 
 def test_a_rollout_stops_at_its_own_budget_in_both_loops(world, smol):
-    """Per-rollout budgets (`roll_out` gives a rollout whose prompt leaves less of the engine's context a
+    """Per-rollout budgets (`configured_rollouts` gives a rollout whose prompt leaves less of the engine's context a
     smaller one): the rollout that would run longest is cut at exactly its budget, finished `truncated`; the
     others are as with one budget for all."""
     _, tok = smol
     env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
     config = RolloutConfig(max_turns=4, max_turn_tokens=32, max_obs_tokens=24)
     ids = [encode_prompt(tok, [{"role": "user", "content": f"ROLLOUT {k} go"}]) for k in (0, 1, 3)]
-    free = run_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, 4000)
+    free = lockstep_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, 4000)
     assert len(free[2].completion_ids) > 60 and free[2].finish == "answer"
-    sync = run_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, [4000, 4000, 60])
+    sync = lockstep_rollouts(ids, PromptKeyedPolicy(tok), env, tok, config, [4000, 4000, 60])
     batcher = EnvBatcher(env)
-    rollouts = run_rollouts_async(
+    rollouts = own_pace_rollouts(
         ids, BatchedPolicy(PromptKeyedPolicy(tok)), batcher, tok, config, [4000, 4000, 60]
     )
     for got in (sync, rollouts):
@@ -163,11 +163,11 @@ def test_vllm_step_policy_equals_the_batch_call_greedy(world, smol, smollm2_path
         VLLMEngineConfig(model=str(smollm2_path), max_model_len=2048, cpu_kvcache_gib=1)
     )
     try:
-        sync = run_rollouts(
+        sync = lockstep_rollouts(
             ids, VLLMPolicy(engine.llm, tok.eos_token_id, temperature=0.0), env, tok, config, 160
         )
         stepper = VLLMStepPolicy(VLLMPolicy(engine.llm, tok.eos_token_id, temperature=0.0))
-        rollouts = run_rollouts_async(ids, stepper, env, tok, config, 160)
+        rollouts = own_pace_rollouts(ids, stepper, env, tok, config, 160)
     finally:
         engine.close()
     # one engine, other batches (continuous batching, prefix cache): two fp32 forwards that sum in other

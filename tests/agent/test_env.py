@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv, format_raw, open_env
 from r3forge.agent.reward import answer_reward
-from r3forge.agent.rollout import RolloutConfig, encode_prompt, run_rollouts
+from r3forge.agent.rollout import RolloutConfig, encode_prompt, lockstep_rollouts
 from r3forge.config import parse_config
 from r3forge.errors import ConfigError
 from r3forge.models import check_models
@@ -103,7 +103,7 @@ def test_tags_inside_documents_can_neither_close_the_observation_nor_answer(inje
     config = RolloutConfig(max_turns=1, max_turn_tokens=16, max_obs_tokens=200)
     for script, gold, reward in (("<answer> Paris </answer>", "Paris", 1.0), ("I do not know.", "Lyon", 0.0)):
         policy = scripted_policy(tok, ["<search> capital of France </search>", script])
-        (r,) = run_rollouts([prompt], policy, injection_env, tok, config, 400)
+        (r,) = lockstep_rollouts([prompt], policy, injection_env, tok, config, 400)
         text = tok.decode(r.completion_ids, skip_special_tokens=True)
         assert answer_reward([text], answers=[[gold]]) == [pytest.approx(reward)], text
 

@@ -12,7 +12,7 @@ from r3forge.agent.env import EnvConfig, SearchConfig, SearchEnv
 from r3forge.agent.evaluate import EVAL_AGENT_CONFIGS
 from r3forge.agent.evaluate import main as eval_main
 from r3forge.agent.reward import parse_completion
-from r3forge.agent.rollout import RolloutConfig, Turn, encode_prompt, run_rollouts
+from r3forge.agent.rollout import RolloutConfig, Turn, encode_prompt, lockstep_rollouts
 from r3forge.agent.tts import (
     TTSConfig,
     keep_probability,
@@ -143,7 +143,7 @@ def test_questions_batched_together_stay_apart(world, smollm2_path):
     """`eval tts` generates several questions' samples together. Relevance-guided: one generate per iteration
     for both questions, but each question's searches are its own environment call (the same query is
     retrieved once per question, not once for both) and each keeps its own budget and answers, as when run
-    alone. Majority vote: `run_rollouts` with a group per question de-duplicates within a group only."""
+    alone. Majority vote: `lockstep_rollouts` with a group per question de-duplicates within a group only."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(smollm2_path)
@@ -157,11 +157,11 @@ def test_questions_batched_together_stay_apart(world, smollm2_path):
     assert (env.counters.queries, env.counters.unique_queries) == (8, 2)
     for groups, unique in ((None, 1), ([0, 0, 1, 1], 2)):
         env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw", num_shown=1))
-        rs = run_rollouts([prompt] * 4, AlwaysSearch(tok), env, tok, rollout, 400, groups)
+        rs = lockstep_rollouts([prompt] * 4, AlwaysSearch(tok), env, tok, rollout, 400, groups)
         assert [parse_completion(tok.decode(r.completion_ids)).answer for r in rs] == ["1858"] * 4
         assert (env.counters.queries, env.counters.unique_queries) == (4, unique)
     with pytest.raises(ValueError, match="3 groups for 4 prompts"):
-        run_rollouts([prompt] * 4, AlwaysSearch(tok), env, tok, rollout, 400, [0, 0, 1])
+        lockstep_rollouts([prompt] * 4, AlwaysSearch(tok), env, tok, rollout, 400, [0, 0, 1])
 
 
 def test_every_tts_arm_reads_a_rollout_as_the_format_parser_does(world, smollm2_path, scripted_policy):
@@ -175,7 +175,7 @@ def test_every_tts_arm_reads_a_rollout_as_the_format_parser_does(world, smollm2_
     prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
     script = ["Let me think first.", "<answer> 1858 </answer> no, <answer> 1859 </answer>"]
     rollout = RolloutConfig(max_turns=2, max_turn_tokens=32, max_obs_tokens=30)
-    (r,) = run_rollouts([prompt], scripted_policy(tok, script), env, tok, rollout, 200)
+    (r,) = lockstep_rollouts([prompt], scripted_policy(tok, script), env, tok, rollout, 200)
     naive = parse_completion(tok.decode(r.completion_ids, skip_special_tokens=True)).answer
     relevance = relevance_guided(prompt, scripted_policy(tok, script), env, tok, rollout,
                                  TTSConfig(samples=1, iterations=3), random.Random(0))  # fmt: skip

@@ -15,7 +15,7 @@ from r3forge.agent.rollout import (
     HFPolicy,
     RolloutConfig,
     encode_prompt,
-    run_rollouts,
+    lockstep_rollouts,
 )
 from r3forge.retrieval import load_retriever
 
@@ -43,7 +43,7 @@ def test_scripted_rollout_is_token_exact(world, smol, scripted_policy):
     policy = scripted_policy(tok, script)
     config = RolloutConfig(max_turns=2, max_turn_tokens=64, max_obs_tokens=40)
     prompt = encode_prompt(tok, [{"role": "user", "content": "When was X born?"}])
-    (r,) = run_rollouts([prompt], policy, env, tok, config, max_completion_tokens=2000)
+    (r,) = lockstep_rollouts([prompt], policy, env, tok, config, max_completion_tokens=2000)
 
     enc = Encoder(tok)
     obs = r.observations[0]
@@ -68,7 +68,7 @@ def test_budget_truncates_without_eos(world, smol, scripted_policy):
     env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw"))
     policy = scripted_policy(tok, ["<search> born in </search>", "<answer> x </answer>"])
     prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
-    (r,) = run_rollouts([prompt], policy, env, tok, RolloutConfig(max_turns=1), max_completion_tokens=30)
+    (r,) = lockstep_rollouts([prompt], policy, env, tok, RolloutConfig(max_turns=1), max_completion_tokens=30)
     assert (
         r.finish == "truncated" and len(r.completion_ids) == 30 and r.completion_ids[-1] != tok.eos_token_id
     )
@@ -80,7 +80,9 @@ def test_final_turn_does_not_search(world, smol, scripted_policy):
     env = SearchEnv(load_retriever(world["index"]), None, EnvConfig(observation="raw"))
     policy = scripted_policy(tok, ["<search> a </search>", "<search> b </search>"])
     prompt = encode_prompt(tok, [{"role": "user", "content": "Q?"}])
-    (r,) = run_rollouts([prompt], policy, env, tok, RolloutConfig(max_turns=1), max_completion_tokens=4000)
+    (r,) = lockstep_rollouts(
+        [prompt], policy, env, tok, RolloutConfig(max_turns=1), max_completion_tokens=4000
+    )
     assert r.searches == ["a"] and r.finish == "final" and r.completion_ids[-1] == tok.eos_token_id
     assert r.env_mask[-1] == 0
 
@@ -96,7 +98,9 @@ def test_real_policy_logprobs_match_a_forward_pass_over_the_kept_ids(world, smol
     )
     policy = HFPolicy(model, tok, temperature=1.0, top_p=1.0, batch_size=4)
     config = RolloutConfig(max_turns=1, max_turn_tokens=24, max_obs_tokens=32)
-    rollouts = run_rollouts([encode_prompt(tok, r["prompt"]) for r in rows], policy, env, tok, config, 200)
+    rollouts = lockstep_rollouts(
+        [encode_prompt(tok, r["prompt"]) for r in rows], policy, env, tok, config, 200
+    )
     enc = Encoder(tok)
     pieces = {tuple(enc.correction), (tok.eos_token_id,)}
     for r in rollouts:

@@ -21,7 +21,7 @@ from r3forge.agent.rollout import (
     RolloutConfig,
     Turn,
     encode_prompt,
-    run_rollouts,
+    lockstep_rollouts,
     sampled_text,
 )
 from r3forge.rerank.extractive import ExtractiveVerbalReranker
@@ -126,7 +126,7 @@ def test_special_token_text_in_documents_stays_text(observation, script, tok, sp
         encode_prompt(tok, [{"role": "user", "content": f"What does entry {d['id']} say?"}]) for d in attacks
     ]
     last, reward = SCRIPTS[script]
-    rollouts = run_rollouts(prompts, KeyedPolicy(tok, last), env, tok, CONFIG, 2000)
+    rollouts = lockstep_rollouts(prompts, KeyedPolicy(tok, last), env, tok, CONFIG, 2000)
     enc = Encoder(tok)
     for d, r in zip(attacks, rollouts, strict=True):
         (obs,) = r.observations
@@ -164,7 +164,7 @@ def test_a_tag_the_policy_splits_with_a_special_token_is_no_tag(tag, tok, specia
             continue
         for position in range(1, len(tag)):
             text = "<answer> Paris </answer>".replace(tag, split(tag, position, special))
-            (r,) = run_rollouts([prompt], KeyedPolicy(tok, text), env, tok, CONFIG, 2000)
+            (r,) = lockstep_rollouts([prompt], KeyedPolicy(tok, text), env, tok, CONFIG, 2000)
             assert i in r.completion_ids and r.finish == "final", text
             assert trl_rewards([r], tok) == ([0.0], [0.0]), text
             assert (

@@ -6,9 +6,9 @@ number of tokens single-turn (the baseline), in one process.
         [--env_delay_s 0.0]
 
 Arms, each over the same prompts (G copies of each question, the recipe's prompt), sampled at temperature 1:
-- "sync": `run_rollouts` with `VLLMPolicy` (every rollout takes each turn together; one `generate` call per
+- "sync": `lockstep_rollouts` with `VLLMPolicy` (every rollout takes each turn together; one `generate` call per
   turn, then one environment call);
-- "async": `run_rollouts_async` with `VLLMStepPolicy` (continuous batching, prefix caching; the environment in
+- "async": `own_pace_rollouts` with `VLLMStepPolicy` (continuous batching, prefix caching; the environment in
   a worker thread while generation goes on);
 - "single-turn" (baseline): the same prompts, each forced to generate exactly the number of policy tokens its
   async rollout generated (min_tokens = max_tokens, EOS ignored), in one `generate` call.
@@ -26,10 +26,10 @@ import time
 
 from transformers import AutoTokenizer
 
-from r3forge.agent.async_rollout import VLLMStepPolicy, run_rollouts_async
+from r3forge.agent.async_rollout import VLLMStepPolicy, own_pace_rollouts
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchEnv
-from r3forge.agent.rollout import RolloutConfig, VLLMPolicy, encode_prompt, run_rollouts
+from r3forge.agent.rollout import RolloutConfig, VLLMPolicy, encode_prompt, lockstep_rollouts
 from r3forge.backends.vllm_engine import VLLMEngineBackend, VLLMEngineConfig
 from r3forge.models import resolve_model
 from r3forge.retrieval import load_retriever
@@ -98,7 +98,7 @@ def main() -> None:
         for rep in range(a.repeats):
             env = DelayedEnv(base, a.env_delay_s)
             start = time.perf_counter()
-            sync = run_rollouts(
+            sync = lockstep_rollouts(
                 prompts, VLLMPolicy(llm, tok.eos_token_id), env, tok, config, a.max_completion_tokens
             )
             t_sync, e_sync = time.perf_counter() - start, env.seconds
@@ -106,7 +106,7 @@ def main() -> None:
             env = DelayedEnv(base, a.env_delay_s)
             stepper = VLLMStepPolicy(VLLMPolicy(llm, tok.eos_token_id))
             start = time.perf_counter()
-            rollouts = run_rollouts_async(prompts, stepper, env, tok, config, a.max_completion_tokens)
+            rollouts = own_pace_rollouts(prompts, stepper, env, tok, config, a.max_completion_tokens)
             t_async, e_async = time.perf_counter() - start, env.seconds
             counts = policy_tokens(rollouts)
             t_single = single_turn(llm, prompts, counts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from r3forge.rerank import Candidate, order
-from r3forge.rerank.extractive import ExtractiveVerbalReranker, judge
+from r3forge.rerank.extractive import ExtractiveVerbalReranker, score_passage
 
 QUERY = "In which city is Piris Trading Company headquartered?"
 ANSWERING = Candidate("a", "Piris Trading Company", "It was founded in 1902. Piris Trading Company is "
@@ -30,7 +30,7 @@ def test_the_first_of_equally_matching_sentences_is_quoted_and_ties_keep_retriev
     twin = Candidate(
         "d", "Piris Trading Company", "Piris Trading Company is old. Piris Trading Company is big."
     )
-    score, shared, note = judge(QUERY, twin)
+    score, shared, note = score_passage(QUERY, twin)
     assert (score, shared) == (3.0, 3.0) and '"Piris Trading Company is old"' in note
     out = ExtractiveVerbalReranker().rerank([QUERY], [[twin, twin]])[0]
     assert order(out) == [0, 1]

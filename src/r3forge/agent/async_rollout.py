@@ -1,6 +1,6 @@
 """Multi-turn search rollouts without a turn-wide barrier: each rollout advances on its own.
 
-`run_rollouts_async` runs one coroutine per rollout, with the per-turn rules of `rollout.run_rollouts`
+`own_pace_rollouts` runs one coroutine per rollout, with the per-turn rules of `rollout.lockstep_rollouts`
 (`apply_turn`, `apply_observation`, `close_if_full`), so ids, env_mask and logprobs are built the same way:
 
     rollout i:  turn -> (search) -> observation -> turn -> ... -> answer | final | truncated
@@ -36,8 +36,8 @@ from r3forge.agent.rollout import (
     apply_observation,
     apply_turn,
     close_if_full,
+    lockstep_rollouts,
     per_rollout,
-    run_rollouts,
 )
 from r3forge.errors import ConfigError
 
@@ -177,7 +177,7 @@ async def _rollout(
             return
 
 
-async def rollouts_async(
+async def own_pace_rollouts_async(
     prompt_ids: Sequence[list[int]],
     policy: AsyncPolicy,
     env: SearchEnv | EnvBatcher,
@@ -185,7 +185,7 @@ async def rollouts_async(
     config: RolloutConfig,
     max_completion_tokens: int | Sequence[int],
 ) -> list[Rollout]:
-    """`run_rollouts_async` inside a running event loop."""
+    """`own_pace_rollouts` inside a running event loop."""
     batcher = env if isinstance(env, EnvBatcher) else EnvBatcher(env)
     enc = Encoder(tokenizer)
     rollouts = [Rollout(list(p)) for p in prompt_ids]
@@ -196,7 +196,7 @@ async def rollouts_async(
     return rollouts
 
 
-def run_rollouts_async(
+def own_pace_rollouts(
     prompt_ids: Sequence[list[int]],
     policy: AsyncPolicy,
     env: SearchEnv | EnvBatcher,
@@ -205,12 +205,14 @@ def run_rollouts_async(
     max_completion_tokens: int | Sequence[int],
 ) -> list[Rollout]:
     """Roll out every prompt to the end, each at its own pace; one `Rollout` per prompt, in order. For greedy
-    decoding the result equals `run_rollouts`'s where the policy's output does not depend on its batch."""
-    return asyncio.run(rollouts_async(prompt_ids, policy, env, tokenizer, config, max_completion_tokens))
+    decoding the result equals `lockstep_rollouts`'s where the policy's output does not depend on its batch."""
+    return asyncio.run(
+        own_pace_rollouts_async(prompt_ids, policy, env, tokenizer, config, max_completion_tokens)
+    )
 
 
 def loop_for(policy: Policy, config: RolloutConfig) -> str:
-    """ "async" or "sync": the loop `roll_out` runs for this policy (`rollout_loop: auto` is async on vLLM)."""
+    """ "async" or "sync": the loop `configured_rollouts` runs for this policy (`rollout_loop: auto` is async on vLLM)."""
     vllm = isinstance(policy, VLLMPolicy)
     return (
         "sync" if config.rollout_loop == "sync" or (config.rollout_loop == "auto" and not vllm) else "async"
@@ -246,7 +248,7 @@ def engine_context(policy: Policy) -> int | None:
     return int(policy.llm.llm_engine.model_config.max_model_len)
 
 
-def roll_out(
+def configured_rollouts(
     prompt_ids: Sequence[list[int]],
     policy: Policy,
     env: SearchEnv,
@@ -259,8 +261,8 @@ def roll_out(
     engine each rollout also stops at the engine's context (`context_budgets`)."""
     budgets = context_budgets(prompt_ids, max_completion_tokens, engine_context(policy))
     if loop_for(policy, config) == "sync":
-        return run_rollouts(prompt_ids, policy, env, tokenizer, config, budgets)
+        return lockstep_rollouts(prompt_ids, policy, env, tokenizer, config, budgets)
     async_policy: AsyncPolicy = (
         VLLMStepPolicy(policy) if isinstance(policy, VLLMPolicy) else BatchedPolicy(policy)
     )
-    return run_rollouts_async(prompt_ids, async_policy, env, tokenizer, config, budgets)
+    return own_pace_rollouts(prompt_ids, async_policy, env, tokenizer, config, budgets)

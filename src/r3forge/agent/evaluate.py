@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import torch
 
-from r3forge.agent.async_rollout import roll_out
+from r3forge.agent.async_rollout import configured_rollouts
 from r3forge.agent.data import load_agent_rows
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
 from r3forge.agent.reward import answer_reward_one, parse_completion
@@ -177,7 +177,7 @@ def main(
             ids = [encode_prompt(tokenizer, r["prompt"]) for r in chunk]
             for row, r in zip(
                 chunk,
-                roll_out(ids, policy, env, tokenizer, rollout, config.max_completion_tokens),
+                configured_rollouts(ids, policy, env, tokenizer, rollout, config.max_completion_tokens),
                 strict=True,
             ):
                 text = sampled_text(tokenizer, r.completion_ids)  # as sampled: no special token dropped

@@ -18,7 +18,7 @@ import trl
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from r3forge.agent.async_rollout import loop_for, roll_out
+from r3forge.agent.async_rollout import configured_rollouts, loop_for
 from r3forge.agent.config import GRPO_CONFIGS, PAPER_DEFAULTS, TRL_TESTED
 from r3forge.agent.env import SearchEnv
 from r3forge.agent.rollout import HFPolicy, Rollout, RolloutConfig, VLLMPolicy, encode_prompt, sampled_text
@@ -104,7 +104,7 @@ class AgentRollout:
                 raise ConfigError("the agent recipe needs vllm_mode: colocate (its rollouts call the engine)")
             with awake(trainer.vllm_generation) as llm:
                 policy = VLLMPolicy(llm, self.tokenizer.eos_token_id, args.temperature, args.top_p)
-                rollouts = roll_out(
+                rollouts = configured_rollouts(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
         else:
@@ -114,7 +114,7 @@ class AgentRollout:
                 gather_deepspeed3_params=args.ds3_gather_for_generation,
             ) as model:
                 policy = HFPolicy(model, self.tokenizer, args.temperature, args.top_p, self.batch_size)
-                rollouts = roll_out(
+                rollouts = configured_rollouts(
                     ids, policy, self.env, self.tokenizer, self.config, args.max_completion_length
                 )
         self.last_loop = loop_for(policy, self.config)

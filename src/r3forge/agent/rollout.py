@@ -352,7 +352,7 @@ def per_rollout(max_completion_tokens: int | Sequence[int], n: int) -> list[int]
     return list(max_completion_tokens)
 
 
-def run_rollouts(
+def lockstep_rollouts(
     prompt_ids: Sequence[list[int]],
     policy: Policy,
     env: SearchEnv,
@@ -367,7 +367,7 @@ def run_rollouts(
     max_completion_length in training): one budget for all, or one per prompt (`per_rollout`). `groups`: a
     group per prompt (e.g. the question whose samples `eval tts` rolls out together with other questions'):
     each turn's searches go to the environment per group, so de-duplication and reranker calls stay within a
-    group; None: one call per turn for all. The turn-synchronous loop; `async_rollout.run_rollouts_async` is
+    group; None: one call per turn for all. The turn-synchronous loop; `async_rollout.own_pace_rollouts` is
     the same per rollout without the turn-wide barrier."""
     enc = Encoder(tokenizer)
     rollouts = [Rollout(list(p)) for p in prompt_ids]

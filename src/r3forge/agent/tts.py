@@ -10,7 +10,7 @@ Three strategies spend the same sample budget N per question and answer by major
   s_max,q is the best reranker score among q's documents and s_best the best over this iteration's
   queries, and becomes a branch with (s, l) = (s_max,q, that document's score-token logprob). Stops at
   |F| = N or after T iterations (the last one only answers). An empty branch set restarts from the root.
-  Turns are read as `run_rollouts` reads them, so every arm parses the same way: an invalid turn gets the
+  Turns are read as `lockstep_rollouts` reads them, so every arm parses the same way: an invalid turn gets the
   correction message and continues as a branch, and an answer is the format parser's answer over the
   branch's whole completion (`reward.parse_completion`), as the majority-vote arms read a finished rollout.
 Every arm has the same completion budget per sample (`max_completion_tokens`, within the engine's context): a
@@ -46,7 +46,7 @@ from r3forge.agent.rollout import (
     Policy,
     RolloutConfig,
     encode_prompt,
-    run_rollouts,
+    lockstep_rollouts,
     sampled_text,
     turn_action,
 )
@@ -190,7 +190,7 @@ def relevance_guided_batch(
                 continue  # the last iteration only answers
             elif action == "search":
                 pending[q].append((b, ids, arg))
-            else:  # an invalid turn is corrected and continues, as in `run_rollouts`
+            else:  # an invalid turn is corrected and continues, as in `lockstep_rollouts`
                 branches[q].append(Branch(b.ids + ids + enc.correction, b.s, b.l))
         for q, asked in enumerate(pending):
             if not asked:
@@ -257,7 +257,7 @@ def main(
                     )
                 else:  # N samples of each question; its own group: de-duplication stays within the question
                     n = tts.samples
-                    rs = run_rollouts(
+                    rs = lockstep_rollouts(
                         [p for p in prompts for _ in range(n)],
                         policy,
                         env,

@@ -119,7 +119,8 @@ def score_method(
     folder = Path(config.output_dir) / "rerank"
     folder.mkdir(parents=True, exist_ok=True)
     name = PROBES.get(method, method)
-    path = folder / f"{name}-{fingerprint(method, config, models, roles[1])}.jsonl"
+    _, generator = roles
+    path = folder / f"{name}-{fingerprint(method, config, models, generator)}.jsonl"
     saved = read_saved(path)
     out = {q["id"]: saved[key] for q in questions if (key := (q["id"], candidates_sha(q))) in saved}
     todo = [q for q in questions if q["id"] not in out]

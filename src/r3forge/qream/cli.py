@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from r3forge.config import parse_config
 from r3forge.models import check_models
-from r3forge.qream.apply import REWRITE_CONFIGS, rewrite_main
 from r3forge.qream.judge_probe import PROBE_CONFIGS, probe_main
 from r3forge.qream.pipeline import QREAM_CONFIGS, check_retrieval, qream_main
+from r3forge.qream.rewrite_command import REWRITE_CONFIGS, rewrite_main
 from r3forge.runfolder import claim_command
 from r3forge.synth.store import MANIFEST
 

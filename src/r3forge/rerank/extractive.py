@@ -47,7 +47,7 @@ def stems(text: str) -> set[str]:
     return {w[:STEM] for w in content_words(text, min_chars=3)}
 
 
-def judge(query: str, c: Candidate) -> tuple[float, float, str]:
+def score_passage(query: str, c: Candidate) -> tuple[float, float, str]:
     """(score 1-5, tiebreak: the quoted sentence's shared stems, comment) of one (query, passage)."""
     asked = stems(query)
     covered = len(asked & stems(f"{c.title} {c.text}"))
@@ -72,6 +72,6 @@ class ExtractiveVerbalReranker:
         check_inputs(questions, candidates, "ExtractiveVerbalReranker")
         outs = []
         for query, docs in zip(questions, candidates, strict=True):
-            judged = [judge(query, c) for c in docs]
+            judged = [score_passage(query, c) for c in docs]
             outs.append(RerankOutput([j[0] for j in judged], [j[1] for j in judged], [j[2] for j in judged]))
         return outs

@@ -10,8 +10,8 @@ import pytest
 
 from r3forge.cli import main as r3forge_main
 from r3forge.config import missing_help
-from r3forge.qream.apply import REWRITE_CONFIGS, add_answers, evidence_rows, rewrite_report
 from r3forge.qream.rewrite import FT_INSTRUCTION, FTRewriteStep, ft_prompt, rewrite_item
+from r3forge.qream.rewrite_command import REWRITE_CONFIGS, add_answers, evidence_rows, rewrite_report
 from r3forge.qream.score import candidate_key
 from r3forge.synth.store import record_files
 
