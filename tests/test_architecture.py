@@ -54,6 +54,15 @@ def test_the_contract_catches_an_upward_import_and_an_unplaced_package(tmp_path:
     assert "r3forge.newpkg" in out.stdout
 
 
+def imported_names(node: ast.AST) -> list[str]:
+    """The modules an import statement names (`from a import b`: both `a` and `a.b`); [] for other nodes."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+    return []
+
+
 def annotate_importers(src: Path) -> list[str]:
     """`file:line` of every import of `r3forge.annotate` outside ANNOTATION_USERS (recipes included)."""
     found = []
@@ -64,9 +73,7 @@ def annotate_importers(src: Path) -> list[str]:
         if parts[0].removesuffix(".py") in ANNOTATION_USERS:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom):
-                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            names = imported_names(node)
             if any(n == "r3forge.annotate" or n.startswith("r3forge.annotate.") for n in names):
                 found.append(f"{path.relative_to(src.parent)}:{node.lineno}")
     return found
@@ -90,9 +97,7 @@ def recipe_edges(src: Path) -> list[str]:
     found = []
     for path in sorted((src / "r3forge").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom):
-                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            names = imported_names(node)
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names = [node.value]
             found += [

@@ -328,8 +328,9 @@ def claim_command(
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Claim `folder` for `command` with the settings of `configs` (`IDENTITY[command]` says which fields are not
-    its identity), before anything loads: what every command that writes a folder calls. A dry run only checks.
-    The rest as `claim`. Returns the settings (what `record_owner` writes for a command with `write=False`)."""
+        its identity), before anything loads: what every command that writes a folder calls (the quickstart claims
+    with the settings its state.json records, `quickstart/plan.py: settings`). A dry run only checks.
+        The rest as `claim`. Returns the settings (what `record_owner` writes for a command with `write=False`)."""
     configs = list(configs)
     rule = IDENTITY.get(command, Identity())
     wanted = settings(configs, drop=rule.leave_out)

@@ -26,7 +26,7 @@ from r3forge.errors import ConfigError, R3ForgeError
 from r3forge.precision import cpu_bf16, cpu_model
 from r3forge.procmem import TreePeak, descendants, gib, hwm_bytes
 from r3forge.quickstart.plan import STAGE_NAMES, QuickstartConfig, build_stages, settings
-from r3forge.runfolder import claim_command
+from r3forge.runfolder import claim
 
 STATE = "state.json"
 
@@ -186,7 +186,9 @@ def main(config: QuickstartConfig) -> Path:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     run, state = find_run(config)
     resumed = bool(state.get("stages"))
-    claim_command("quickstart", run, [config], legacy=(STATE,), remedy="choose another run_dir")
+    # owner.json records the very dict state.json does (`plan.settings`: models by name, as given), so the two
+    # checks of a resume never disagree; which fields count is still `runfolder.IDENTITY["quickstart"]`
+    claim(run, "quickstart", settings(config), legacy=(STATE,), remedy="choose another run_dir")
     run.mkdir(parents=True, exist_ok=True)
     state = state or {
         "settings": settings(config),
