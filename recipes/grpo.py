@@ -110,8 +110,6 @@ def main(
         "rollout_engine": engine,
         "packed_step": script.packed_step,
     }
-    if training.reward_weights is None:
-        training.reward_weights = [1.0, 0.0]  # answer_reward trains; format_reward is logged only
     with ExitStack() as stack:
         env = open_env(stack, search, env_config)
         out.mkdir(parents=True, exist_ok=True)

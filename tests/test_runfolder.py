@@ -3,7 +3,6 @@ folders of other commands and other settings. Every refusal comes before a model
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ def test_first_use_records_the_owner_and_the_same_run_resumes(tmp_path: Path) ->
     assert (owner["kind"], owner["settings"], owner["format"]) == (
         "annotate verbal",
         SAMPLING,
-        "r3forge.owner/1",
+        "r3forge.owner/2",
     )
     (out / "accepted-00000-of-00001.jsonl").write_text('{"key": "k"}\n')
     assert claim(out, "annotate verbal", dict(SAMPLING)) is None  # the same run: resumed, nothing moved
@@ -279,13 +278,3 @@ def test_a_file_output_is_refused_inside_another_run_and_written_beside_it(
     assert (run / "metrics.jsonl").read_text() == '{"loss": 1.0}\n'
     assert pool(quick / "corpus.jsonl") == 0 and pool(tmp_path / "data" / "corpus.jsonl") == 0
     assert (quick / "corpus.jsonl").read_text() == (tmp_path / "data" / "corpus.jsonl").read_text() != ""
-
-
-def test_the_training_identity_leaves_out_every_cpu_setting_and_keeps_the_objective() -> None:
-    from r3forge.runfolder import IDENTITY, TRAINED_BY
-    from r3forge.training.cpu import CPUSettings
-
-    cpu = {f.name for f in dataclasses.fields(CPUSettings)}
-    assert cpu <= set(IDENTITY["sft"].leave_out) and IDENTITY["grpo"] == IDENTITY["sft"]
-    assert {"learning_rate", "beta", "reward_weights", "seed"} <= set(TRAINED_BY)
-    assert not cpu & set(TRAINED_BY)

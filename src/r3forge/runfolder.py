@@ -9,10 +9,10 @@ auto`, ...); another kind or other settings is refused, before anything loads, w
 the owner, the first settings that differ and the flag that overrides. That flag is `--overwrite true`: the old
 contents move aside to the sibling `<folder>.replaced-<time>` (never deleted) and the command starts afresh.
 
-The settings are the config fields that decide the outputs. Where a run goes and how fast (`RUNTIME`: output
-paths, batching, concurrency, timeouts, progress bars, server endpoints, devices, secrets) is left out, so a
-resume may change it; so is what a command extends in place (e.g. `max_questions` of an annotation, whose cache
-grows item by item). A model is named by `identity.model_identity` (a local folder by its content).
+The settings are the config fields that decide the outputs (`folder_settings`: the table, per command). Where a
+run goes and how fast (`RUNTIME`: output paths, batching, concurrency, timeouts, progress bars, server
+endpoints, devices, secrets) is left out, so a resume may change it; so is what a command extends in place (e.g.
+`max_questions` of an annotation, whose cache grows item by item). A model is named by `identity.model_identity` (a local folder by its content).
 
 A folder without `owner.json` (written before owners were recorded, or a folder of the user's files) is adopted
 by the first command that claims it, unless it holds files of another kind of run (`MARKERS`): that is refused
@@ -32,26 +32,17 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from r3forge import __version__
 from r3forge.errors import R3ForgeError
+from r3forge.folder_settings import FORMAT, IDENTITY, Identity, runtime, upgraded
 from r3forge.identity import model_identity
 
 OWNER = "owner.json"
-FORMAT = "r3forge.owner/1"
 OVERRIDE = "--overwrite true"
 REMEDY = f"pass {OVERRIDE} to move it aside (to <folder>.replaced-<time>) and start afresh, or choose another folder"
-# fields that say where or how fast a job runs, or hold a secret: never part of an owner's settings
-RUNTIME = frozenset(
-    {"output_dir", "output", "out", "overwrite", "resume", "resume_from_checkpoint", "dry_run", "progress"}
-    | {"batch_size", "concurrency", "max_concurrency", "request_timeout_s", "shard", "device", "base_url"}
-    | {"serve", "serve_max_model_len", "serve_log", "gpu_memory_utilization", "max_logprobs", "api_key"}
-    | {"push_to_hub", "hub_endpoint", "hub_token", "hub_private"}
-)
-RUNTIME_SUFFIXES = ("_url", "_batch_size", "_serve", "_gpu_memory_utilization")
 # files that mark a run of some kind in a folder without owner.json (a command passes those it writes itself)
 MARKERS = (
     "manifest.json",
@@ -70,63 +61,6 @@ MARKERS = (
 )
 
 
-@dataclass(frozen=True)
-class Identity:
-    """Which config fields of a command are not its folder's identity, beyond `RUNTIME` (`IDENTITY`)."""
-
-    leave_out: tuple[str, ...] = ()  # what the command extends in place or re-derives from its caches
-    free: tuple[str, ...] = ()  # recorded in owner.json; a later run of the folder may change them
-    keep: tuple[str, ...] = ()  # RUNTIME names that decide this command's output after all
-
-
-# The training arguments (TrainingArguments / SFTConfig / GRPOConfig: hundreds of fields) that decide the trained
-# model: a resume must keep them. The others may change between the runs of one folder: max_steps /
-# num_train_epochs (a resume may extend them), logging, saving and evaluation cadence, dataloader,
-# precision-of-kernels and distributed knobs. `training/run.py: claim_training` passes only these.
-_TRAINED_BY = (
-    "learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps warmup_ratio weight_decay adam_beta1 "
-    "adam_beta2 adam_epsilon optim optim_args max_grad_norm seed data_seed per_device_train_batch_size "
-    "gradient_accumulation_steps bf16 fp16 label_smoothing_factor neftune_noise_alpha max_length packing "
-    "packing_strategy padding_free completion_only_loss assistant_only_loss loss_type dataset_text_field "
-    "truncation_mode chat_template_path shuffle_dataset beta epsilon epsilon_high delta num_generations "
-    "num_iterations temperature top_p top_k min_p repetition_penalty max_completion_length "
-    "importance_sampling_level mask_truncated_completions scale_rewards reward_weights steps_per_generation "
-    "entropy_coef disable_dropout sync_ref_model ref_model_mixup_alpha ref_model_sync_steps"
-)
-TRAINED_BY = tuple(_TRAINED_BY.split())
-# how many items an annotation takes: its records are per item, so a rerun may take more (the cache grows)
-_ITEM_SCOPE = ("max_questions", "max_docs_per_question", "max_items")
-# only how fast a training step runs or how much memory it takes (and training/cpu.py's CPUSettings)
-_SPEED_ONLY = (
-    "attn_implementation save_rollouts compact_cpu_lm_head cpu_lm_head_tile_tokens cpu_lm_head_tile_vocab "
-    "bound_cpu_heap"
-)
-_TRAINING = Identity(
-    leave_out=tuple(_SPEED_ONLY.split()),
-    # what the held-out evaluation reads: the trained model is the same (the rows before a resume used the old)
-    free=("max_eval_samples", "task_eval_samples", "task_eval_batch_size", "task_eval_at_start"),
-)
-_QREAM_SELECTION = (
-    "fact_judge judge_tau lexical_threshold echo_guard selection validation_fraction orient_model"
-)
-# Every command that writes a folder, by the name its owner.json records, and what of its configs is not the
-# folder's identity; every other field is (the one place that decides it; a command not listed: all fields).
-IDENTITY: dict[str, Identity] = {
-    "annotate verbal": Identity(leave_out=_ITEM_SCOPE),
-    "annotate judge": Identity(leave_out=_ITEM_SCOPE),
-    "annotate paraphrase": Identity(leave_out=_ITEM_SCOPE),
-    # how it judges and selects its cached stages: a rerun re-thresholds the cached verdicts (a new tau) or adds
-    # a stage folder (another fact judge) and rewrites the outputs; the question count is a setting (the
-    # stylistic seeds are drawn from the questions left out)
-    "annotate qream": Identity(leave_out=tuple(_QREAM_SELECTION.split())),
-    # a sweep re-reads the saved scores: more questions, methods, Top-M or thresholds extend the run
-    "eval rag": Identity(leave_out=("max_questions", "methods", "top_m", "thresholds")),
-    "synth run": Identity(leave_out=("max_items", "export", "tokenizer")),
-    "quickstart": Identity(leave_out=("run_dir", "fresh", "stop_after", "output_root")),
-    "train-cross-encoder": Identity(keep=("batch_size",)),  # pairs per step: it shapes the model
-    "sft": _TRAINING,
-    "grpo": _TRAINING,
-}
 # what a command writes before it produces anything: a folder holding only these is free to claim again
 SETUP = (OWNER, "config.yaml")
 # kinds whose folder holds the runs and files of the commands they run (the quickstart's stages)
@@ -135,15 +69,6 @@ HOLDS_RUNS = frozenset({"quickstart"})
 
 class RunFolderError(R3ForgeError, RuntimeError):
     """A run folder belongs to another command or to other settings: the message names both and the flag."""
-
-
-def runtime(key: str) -> bool:
-    """Whether a config field only says where or how fast a job runs.
-
-    >>> runtime("concurrency"), runtime("reranker_base_url"), runtime("temperature")
-    (True, True, False)
-    """
-    return key in RUNTIME or key.endswith(RUNTIME_SUFFIXES)
 
 
 def _plain(value: Any) -> Any:
@@ -253,7 +178,7 @@ def _problem(
     if owner.get("kind") != kind:
         return f"belongs to `{owner.get('kind')}` ({OWNER}), not to `{kind}`"
     loose = set(free)
-    there = {k: v for k, v in _plain(owner["settings"]).items() if k not in loose}
+    there = {k: v for k, v in _plain(upgraded(owner)).items() if k not in loose}
     wanted = {k: v for k, v in wanted.items() if k not in loose}
     if there != wanted:
         return f"belongs to a `{kind}` run with other settings ({differences(there, wanted)})"
@@ -385,7 +310,7 @@ def record_owner(folder: str | os.PathLike[str], kind: str, wanted: dict[str, An
         return
     wanted = _plain(wanted)
     owner = read_owner(out) if out.is_dir() else None
-    if owner is not None and owner.get("kind") == kind and _plain(owner["settings"]) == wanted:
+    if owner is not None and owner.get("kind") == kind and _plain(upgraded(owner)) == wanted:
         return
     out.mkdir(parents=True, exist_ok=True)
     doc = {

@@ -271,3 +271,14 @@ def test_rollout_engine_auto_picks_the_own_vllm_engine_where_nothing_needs_the_t
     training.deepspeed = None
     with pytest.raises(ConfigError, match="use_peft"):
         resolve_rollout_engine("vllm", training, True)
+
+
+def test_the_reward_weights_default_is_in_paper_defaults_and_a_flag_overrides_it():
+    # the objective's defaults in one place: answer_reward trains, format_reward is logged only
+    yaml = ["--config", "configs/grpo/agent_world_cpu.yaml"]
+    *_, training = parse_config(GRPO_CONFIGS, yaml, defaults=PAPER_DEFAULTS)
+    assert training.reward_weights == [1.0, 0.0]
+    *_, training = parse_config(
+        GRPO_CONFIGS, [*yaml, "--reward_weights", "1.0", "0.5"], defaults=PAPER_DEFAULTS
+    )
+    assert training.reward_weights == [1.0, 0.5]

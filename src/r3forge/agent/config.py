@@ -8,7 +8,8 @@ Paper settings (Verbal-R3, after Search-R1) are the recipe's defaults where TRL'
 TRL's `epsilon_high` follows `epsilon`), KL beta 0.001 with TRL's k3 estimator (veRL's `low_var_kl`) in the
 loss, not the reward, temperature 1.0, learning rate 5e-7 with 10% warmup, one policy update per rollout
 batch, token-level importance ratios, group-normalized advantages ((r - mean) / std within each question's
-G rollouts), truncated completions kept in the loss.
+G rollouts), truncated completions kept in the loss, the reward exact match alone (`reward_weights` [1, 0]:
+the format reward is logged, not trained on).
 
 The loss aggregation is pinned to TRL's `loss_type: bnpo`. Search-R1 and Verbal-R3 train with veRL, whose
 actor loss (`core_algos.compute_policy_loss`) is `masked_mean(max(-A * ratio, -A * clip(ratio)), mask)`:
@@ -46,6 +47,8 @@ PAPER_DEFAULTS = {
     "num_iterations": 1,
     "importance_sampling_level": "token",
     "mask_truncated_completions": False,
+    # the recipe's reward functions are (answer_reward, format_reward): the answer trains, the format is logged
+    "reward_weights": [1.0, 0.0],
 }
 
 # The newest TRL the recipe was run against (pyproject bounds trl below the next minor): the recipe uses

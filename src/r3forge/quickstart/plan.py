@@ -33,7 +33,7 @@ from typing import Literal
 
 from r3forge.config import config_to_dict
 from r3forge.errors import ConfigError
-from r3forge.runfolder import IDENTITY
+from r3forge.folder_settings import IDENTITY
 
 # the observation settings of configs/grpo/agent_world_cpu.yaml (and eval/agent_world_cpu.yaml), so that the
 # warm start teaches the format GRPO shows (tests/quickstart checks they agree)

@@ -31,8 +31,9 @@ import r3forge
 from r3forge.config import resolved, where
 from r3forge.data.jsonio import append_jsonl
 from r3forge.errors import ConfigError
+from r3forge.folder_settings import TRAINED_BY
 from r3forge.precision import cpu_model
-from r3forge.runfolder import TRAINED_BY, move_aside
+from r3forge.runfolder import move_aside
 from r3forge.training.checkpoints import (
     checkpoint_problem,
     latest_complete_checkpoint,
@@ -97,7 +98,7 @@ def prepare_output_dir(
 
 
 def trained_by(training: Any) -> dict[str, Any]:
-    """The training arguments that decide the trained model (`runfolder.TRAINED_BY`), for the folder's claim."""
+    """The training arguments that decide the trained model (`folder_settings.TRAINED_BY`), for the folder's claim."""
     return {k: getattr(training, k) for k in TRAINED_BY if hasattr(training, k)}
 
 
