@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from r3forge.annotate.jobs import JUDGE_CONFIGS
-from r3forge.annotate.judge import REASONS, JudgeStep, approvals, parse_verdict
+from r3forge.annotate.judge import REASONS, AnnotationJudgeStep, approvals, parse_verdict
 from r3forge.annotate.verbal import load_template
 from r3forge.backends.base import p_yes
 from r3forge.cli import run_command
@@ -124,6 +124,13 @@ def test_export_keeps_only_approved(tmp_path, capsys) -> None:
 def test_judge_prompt_shows_the_annotation() -> None:
     item = {"annotation_key": "k", "question_id": "q", "question": "Who?", "doc_id": "d", "doc_title": "T",
             "doc_text": "Some text.", "comment": "Says who.", "score": 4}  # fmt: skip
-    content = JudgeStep().prompt(item).messages[-1]["content"]
+    content = AnnotationJudgeStep().prompt(item).messages[-1]["content"]
     assert "Who?" in content and "Some text." in content and "Comment: Says who.\nScore: 4" in content
-    assert JudgeStep().key(item) == {"annotation_key": "k"}
+    assert AnnotationJudgeStep().key(item) == {"annotation_key": "k"}
+
+
+def test_the_old_name_of_the_annotation_judge_still_imports():
+    from r3forge.annotate import AnnotationJudgeStep as new
+    from r3forge.annotate import JudgeStep as old
+
+    assert old is new

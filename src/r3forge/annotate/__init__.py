@@ -3,8 +3,9 @@
     from r3forge.annotate import VerbalAnnotationStep, qa_items, export_sft, ExportSFTConfig
 
 * `verbal`: `VerbalAnnotationStep` (a `r3forge.synth` step), `parse_annotation`;
-* `judge`: `JudgeStep`, a second model approving annotations; `paraphrase`: `ParaphraseStep`, the
-  paraphrased-context baseline;
+* `judge`: `AnnotationJudgeStep` (`JudgeStep` in 0.1.0, still importable), a second model approving
+  annotations (QREAM's fact judge is `r3forge.qream.score.FactJudgeStep`); `paraphrase`: `ParaphraseStep`,
+  the paraphrased-context baseline;
 * the teacher and judge open through `r3forge.backends.open` (`LLMConfig`, `open_llm`);
 * `qa_items` (own passages) and `retrieved_items` (a retriever's top-n): the (question, document) pairs, from
   `r3forge.retrieval.pairs`;
@@ -33,7 +34,8 @@ _EXPORTS = {
     "verbal_main": "jobs",
     "judge_main": "jobs",
     "paraphrase_main": "jobs",
-    "JudgeStep": "judge",
+    "AnnotationJudgeStep": "judge",
+    "JudgeStep": "judge",  # the old name of AnnotationJudgeStep
     "ParaphraseStep": "paraphrase",
     "retrieved_items": "r3forge.retrieval.pairs",
     "annotation_report": "report",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from r3forge.annotate.judge import JudgeStep, judge_items
+from r3forge.annotate.judge import AnnotationJudgeStep, judge_items
 from r3forge.annotate.paraphrase import ParaphraseChecks, ParaphraseStep
 from r3forge.annotate.report import annotation_report, format_report, judge_report, write_report
 from r3forge.annotate.verbal import Checks, VerbalAnnotationStep
@@ -192,8 +192,8 @@ def judge_main(config: JudgeConfig, teacher: LLMConfig, run: RunConfig, hub: Hub
     """`r3forge annotate judge`: a second model approves or not each accepted annotation."""
     items = list(judge_items(config.annotation_dir, config.max_items))
 
-    def make_step(tokenizer: Any) -> JudgeStep:
-        return JudgeStep(
+    def make_step(tokenizer: Any) -> AnnotationJudgeStep:
+        return AnnotationJudgeStep(
             config.template_path,
             config.temperature,
             config.max_tokens,

@@ -1,6 +1,6 @@
 """Judge pass over verbal annotations: a second model says whether each annotation is reasonable.
 
-    step = JudgeStep(tokenizer=judge.tokenizer)
+    step = AnnotationJudgeStep(tokenizer=judge.tokenizer)
     run_step(step, judge_items("runs/annotate/verbal"), judge.backend, EngineConfig("runs/annotate/judge"))
 
 The judge reads the question, the document and the teacher's `Comment` / `Score` and answers
@@ -77,8 +77,9 @@ def parse_verdict(text: str) -> tuple[bool, str, int] | Rejected:
 
 
 @dataclass
-class JudgeStep:
-    """The `SynthesisStep` of the judge: one item = one accepted verbal annotation (`judge_items`)."""
+class AnnotationJudgeStep:
+    """The `SynthesisStep` of the annotation judge (the approval pass; QREAM's fact judge is
+    `qream.score.FactJudgeStep`): one item = one accepted verbal annotation (`judge_items`)."""
 
     template_path: str | None = None
     temperature: float = 0.0
@@ -116,7 +117,7 @@ class JudgeStep:
             turns,
             self.prefill,
             self.tokenizer,
-            "JudgeStep",
+            "AnnotationJudgeStep",
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             top_logprobs=self.top_logprobs,
@@ -142,6 +143,9 @@ class JudgeStep:
             "verdict_logprob": None if t is None else choice.logprobs[t],
             "p_yes": None if t is None or not choice.top_logprobs else p_yes(choice.top_logprobs[t], decode),
         }
+
+
+JudgeStep = AnnotationJudgeStep  # its name before it was told apart from QREAM's FactJudgeStep
 
 
 def judge_items(annotation_dir: str, max_items: int | None = None) -> Iterator[dict]:
