@@ -12,7 +12,7 @@ from r3forge.annotate.rules import RulesConfig, rules_main
 from r3forge.config import parse_config
 from r3forge.models import check_models
 from r3forge.runfolder import claim_command, record_owner
-from r3forge.synth.store import MANIFEST
+from r3forge.synth.job import claim_job
 
 DATASET = ("dataset_dict.json",)  # what an SFT export folder made before owner records holds
 
@@ -25,7 +25,7 @@ class ReportArgs:
 def verbal(argv: list[str]) -> int:
     _, _, _, run, _ = configs = parse_config(jobs.VERBAL_CONFIGS, argv, prog="r3forge annotate verbal")
     check_models(*configs)
-    claim_command("annotate verbal", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
+    claim_job("annotate verbal", run, configs)
     jobs.verbal_main(*configs)
     return 0
 
@@ -33,7 +33,7 @@ def verbal(argv: list[str]) -> int:
 def judge(argv: list[str]) -> int:
     _, _, run, _ = configs = parse_config(jobs.JUDGE_CONFIGS, argv, prog="r3forge annotate judge")
     check_models(*configs)
-    claim_command("annotate judge", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
+    claim_job("annotate judge", run, configs)
     jobs.judge_main(*configs)
     return 0
 
@@ -43,9 +43,7 @@ def paraphrase(argv: list[str]) -> int:
         jobs.PARAPHRASE_CONFIGS, argv, prog="r3forge annotate paraphrase"
     )
     check_models(*configs)
-    claim_command(
-        "annotate paraphrase", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run
-    )
+    claim_job("annotate paraphrase", run, configs)
     jobs.paraphrase_main(*configs)
     return 0
 

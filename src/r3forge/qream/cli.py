@@ -9,15 +9,14 @@ from r3forge.models import check_models
 from r3forge.qream.judge_probe import PROBE_CONFIGS, probe_main
 from r3forge.qream.pipeline import QREAM_CONFIGS, check_retrieval, qream_main
 from r3forge.qream.rewrite_command import REWRITE_CONFIGS, rewrite_main
-from r3forge.runfolder import claim_command
-from r3forge.synth.store import MANIFEST
+from r3forge.synth.job import claim_job
 
 
 def qream(argv: list[str]) -> int:
     config, _, _, run = configs = parse_config(QREAM_CONFIGS, argv, prog="r3forge annotate qream")
     check_models(*configs)
     check_retrieval(config)
-    claim_command("annotate qream", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
+    claim_job("annotate qream", run, configs)
     qream_main(*configs)
     return 0
 
@@ -26,7 +25,7 @@ def rewrite(argv: list[str]) -> int:
     config, _, _, run = configs = parse_config(REWRITE_CONFIGS, argv, prog="r3forge rewrite")
     check_models(*configs)
     check_retrieval(config)
-    claim_command("rewrite", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
+    claim_job("rewrite", run, configs)
     rewrite_main(*configs)
     return 0
 
@@ -35,8 +34,6 @@ def judge_probe(argv: list[str]) -> int:
     config, _, run = configs = parse_config(PROBE_CONFIGS, argv, prog="r3forge annotate qream-judge-probe")
     check_models(*configs)
     check_retrieval(config)
-    claim_command(
-        "annotate qream-judge-probe", run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run
-    )
+    claim_job("annotate qream-judge-probe", run, configs)
     probe_main(*configs)
     return 0

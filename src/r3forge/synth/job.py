@@ -1,14 +1,18 @@
 """A synthesis job's run settings, shared by every command that runs `prompt()` + `parse()` steps against a
 model (`r3forge annotate verbal|judge|paraphrase`, `annotate qream`, `rewrite`, the judge probe): the output
-folder, batching, `--shard i/N`, `--dry_run`, resume (the command claims the folder: `runfolder.claim_command`).
+folder, batching, `--shard i/N`, `--dry_run`, resume; `claim_job` claims the folder (`runfolder.claim_command`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from r3forge.backends.open import LLMConfig
+from r3forge.runfolder import claim_command
 from r3forge.synth.engine import EngineConfig
+from r3forge.synth.store import MANIFEST
 
 
 @dataclass
@@ -44,3 +48,9 @@ def engine_config(run: RunConfig, teacher: LLMConfig, model_id: str) -> EngineCo
         progress=run.progress,
         tokenizer=tokenizer,  # dry runs count prompt tokens with it
     )
+
+
+def claim_job(command: str, run: RunConfig, configs: Sequence[Any]) -> None:
+    """Claim `run.output_dir` for the synthesis job `command` with the settings of `configs` (a dry run only
+    checks); a folder of its caches without owner.json (their `MANIFEST`) is adopted."""
+    claim_command(command, run.output_dir, configs, run.overwrite, (MANIFEST,), dry_run=run.dry_run)
