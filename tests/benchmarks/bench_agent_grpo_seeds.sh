@@ -3,7 +3,8 @@
 # passages? Three arms, several training seeds, held-out EM at every checkpoint.
 #
 #   STUDENT=<release folder> bash tests/benchmarks/bench_agent_grpo_seeds.sh QUICKSTART_RUN [RUN_DIR]
-#   # resumable: run it again after an interruption; ~65 min per (arm, seed) on 2 cores (AVX2, fp32)
+#   # resumable: run it again after an interruption (GRPO resumes from its last checkpoint); on 2 cores (fp32)
+#   # ~65 min per (arm, seed) for raw and extractive, ~3 h for student (its vLLM server shares the cores)
 #
 # Needs a finished quickstart run (`r3forge quickstart`, the README's main job) for its synthetic world (500
 # questions; the hashed 20% held out, 109 questions, are never trained on) and its BM25 index. Arms
@@ -13,7 +14,9 @@
 #               blind, quotes each passage's sentence that best matches the query, score 1-5 by query-word
 #               coverage), a named stand-in for a student whose comments keep the evidence
 #   student     observation: verbal from the distilled student in STUDENT (a release folder, served by vLLM),
-#               e.g. the one tests/benchmarks/bench_student_evidence.sh distils
+#               e.g. the cite_all student (README): CITE_ALL=true QUICKSTART_ARM=false bash
+#               tests/benchmarks/bench_student_evidence.sh QUICKSTART_RUN runs/student_cite, then
+#               STUDENT=runs/student_cite/release
 # Each arm gets its own format warm start (96 training questions with observations of its kind; the SFT config
 # configs/sft/agent_warmstart_cpu.yaml), evaluated once (greedy is deterministic). Then per seed in SEEDS
 # (default "0 1 2"): GRPO with configs/grpo/agent_world_cpu.yaml from that warm start for STEPS steps (default
