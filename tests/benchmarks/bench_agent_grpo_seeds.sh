@@ -4,7 +4,7 @@
 #
 #   STUDENT=<release folder> bash tests/benchmarks/bench_agent_grpo_seeds.sh QUICKSTART_RUN [RUN_DIR]
 #   # resumable: run it again after an interruption (GRPO resumes from its last checkpoint); on 2 cores (fp32)
-#   # ~65 min per (arm, seed) for raw and extractive, ~3 h for student (its vLLM server shares the cores)
+#   # ~65 min per (arm, seed) for raw and extractive, ~2 h for student (its vLLM server shares the cores)
 #
 # Needs a finished quickstart run (`r3forge quickstart`, the README's main job) for its synthetic world (500
 # questions; the hashed 20% held out, 109 questions, are never trained on) and its BM25 index. Arms
