@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from r3forge.metrics.stats import paired_bootstrap, seeds_bootstrap
@@ -16,6 +18,28 @@ def test_pairs_are_compared_item_by_item():
     # the same values in another order: the means agree, the paired differences do not vanish
     mean, low, high = paired_bootstrap([0.0, 1.0] * 10, [1.0, 0.0] * 10)
     assert mean == 0.0 and low < 0.0 < high
+
+
+def _unpaired_interval(a: list[float], b: list[float], samples: int = 2000) -> tuple[float, float]:
+    """The 95% interval of mean(b) - mean(a) when a and b are resampled independently (the wrong test here)."""
+    rng = random.Random(1)
+    means = sorted(
+        sum(rng.choices(b, k=len(b))) / len(b) - sum(rng.choices(a, k=len(a))) / len(a)
+        for _ in range(samples)
+    )
+    return means[int(0.025 * samples)], means[int(0.975 * samples) - 1]
+
+
+def test_correlated_pairs_give_a_narrower_interval_than_an_unpaired_bootstrap():
+    # hard and easy questions: both systems score alike per question, b is better on 10 of 100 by 0.5
+    rng = random.Random(0)
+    a = [rng.choice([0.0, 0.25, 0.75, 1.0]) for _ in range(100)]
+    b = [min(1.0, x + 0.5) if i % 10 == 0 else x for i, x in enumerate(a)]
+    mean, low, high = paired_bootstrap(a, b)
+    u_low, u_high = _unpaired_interval(a, b)
+    assert low <= mean <= high and u_low <= mean <= u_high
+    assert high - low < 0.5 * (u_high - u_low)  # pairing removes the between-question variance
+    assert low > 0.0 > u_low  # only the paired test sees that b is better
 
 
 def test_unpaired_input_is_refused():
