@@ -111,6 +111,7 @@ def upgraded(owner: dict[str, Any]) -> dict[str, Any]:
     """
     settings = dict(owner["settings"])
     for (form, kind, key), value in FILLED_LATER.items():
-        if owner.get("format") == form and owner.get("kind") == kind and settings.get(key, 0) is None:
+        this_record = (owner.get("format"), owner.get("kind")) == (form, kind)
+        if this_record and key in settings and settings[key] is None:
             settings[key] = value
     return settings

@@ -12,7 +12,8 @@ contents move aside to the sibling `<folder>.replaced-<time>` (never deleted) an
 The settings are the config fields that decide the outputs (`folder_settings`: the table, per command). Where a
 run goes and how fast (`RUNTIME`: output paths, batching, concurrency, timeouts, progress bars, server
 endpoints, devices, secrets) is left out, so a resume may change it; so is what a command extends in place (e.g.
-`max_questions` of an annotation, whose cache grows item by item). A model is named by `identity.model_identity` (a local folder by its content).
+`max_questions` of an annotation, whose cache grows item by item). A model is named by
+`identity.model_identity` (a local folder by its content).
 
 A folder without `owner.json` (written before owners were recorded, or a folder of the user's files) is adopted
 by the first command that claims it, unless it holds files of another kind of run (`MARKERS`): that is refused
@@ -253,9 +254,9 @@ def claim_command(
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Claim `folder` for `command` with the settings of `configs` (`IDENTITY[command]` says which fields are not
-        its identity), before anything loads: what every command that writes a folder calls (the quickstart claims
+    its identity), before anything loads: what every command that writes a folder calls (the quickstart claims
     with the settings its state.json records, `quickstart/plan.py: settings`). A dry run only checks.
-        The rest as `claim`. Returns the settings (what `record_owner` writes for a command with `write=False`)."""
+    The rest as `claim`. Returns the settings (what `record_owner` writes for a command with `write=False`)."""
     configs = list(configs)
     rule = IDENTITY.get(command, Identity())
     wanted = settings(configs, drop=rule.leave_out)

@@ -212,7 +212,8 @@ def own_pace_rollouts(
 
 
 def loop_for(policy: Policy, config: RolloutConfig) -> str:
-    """ "async" or "sync": the loop `configured_rollouts` runs for this policy (`rollout_loop: auto` is async on vLLM)."""
+    """ "async" or "sync": the loop `configured_rollouts` runs for this policy (`rollout_loop: auto` is async on
+    vLLM)."""
     vllm = isinstance(policy, VLLMPolicy)
     return (
         "sync" if config.rollout_loop == "sync" or (config.rollout_loop == "auto" and not vllm) else "async"

@@ -187,7 +187,7 @@ def main(config: QuickstartConfig) -> Path:
     run, state = find_run(config)
     resumed = bool(state.get("stages"))
     # owner.json records the very dict state.json does (`plan.settings`: models by name, as given), so the two
-    # checks of a resume never disagree; which fields count is still `runfolder.IDENTITY["quickstart"]`
+    # checks of a resume never disagree; which fields count is still `folder_settings.IDENTITY["quickstart"]`
     claim(run, "quickstart", settings(config), legacy=(STATE,), remedy="choose another run_dir")
     run.mkdir(parents=True, exist_ok=True)
     state = state or {
