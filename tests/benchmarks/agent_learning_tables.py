@@ -16,7 +16,9 @@ Per arm (raw passages / the extractive stand-in / the distilled student), over i
 4. the differences between arms at the last step (student - raw, extractive - raw, student - extractive), the
    same interval; seed i of one arm is set against seed i of the other.
 Plots: RUN_DIR/em_vs_steps.png (mean EM per checkpoint, each seed thin) and RUN_DIR/reward_curves.png (the
-training reward, 8-step moving mean, averaged over seeds). Everything printed also goes to RUN_DIR/tables.json.
+training reward, 8-step moving mean, averaged over seeds). Everything printed also goes to RUN_DIR/tables.json:
+the figures, each table as `render_tables.py` prints it into a guide (`tables`: em_by_step, final, per_seed,
+compare), each run's machine and commit (`runs`, from the ledger's run.json) and this command's provenance.
 Only (arm, seed) runs with every checkpoint evaluated count; the others are listed as unfinished.
 """
 
@@ -30,8 +32,9 @@ import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from render_tables import markdown_table
+from result_file import write_result
 
-from r3forge.data.jsonio import write_json
 from r3forge.metrics.stats import seeds_bootstrap
 
 ARMS = ("raw", "extractive", "student")
@@ -80,11 +83,20 @@ def runs(r: Path, arm: str) -> tuple[dict[int, Path], list[int], list[str]]:
     return found, steps, unfinished
 
 
+def show(out: dict, name: str, title: str, table: dict) -> None:
+    """Print one table under its title and keep it in the result file's `tables`."""
+    out.setdefault("tables", {})[name] = table
+    print(f"\n### {title}\n")
+    print("\n".join(markdown_table(table)))
+
+
 def table_em(arms: dict, out: dict) -> None:
     steps = sorted({s for a in arms.values() for s in a["steps"]})
-    print("\n### Held-out EM by GRPO step (greedy; mean over seeds, min-max)\n")
-    print("| arm | seeds | 0 (warm start) | " + " | ".join(str(s) for s in steps) + " |")
-    print("|---|---:|---:|" + "---:|" * len(steps))
+    table = {
+        "columns": ["arm", "seeds", "0 (warm start)", *map(str, steps)],
+        "align": "lrr" + "r" * len(steps),
+    }
+    table["rows"] = []
     for arm, a in arms.items():
         cells = []
         for s in steps:
@@ -92,8 +104,9 @@ def table_em(arms: dict, out: dict) -> None:
             cells.append(f"{statistics.mean(ems):.3f} ({min(ems):.3f}-{max(ems):.3f})" if ems else "")
             out.setdefault("em_by_step", {}).setdefault(arm, {})[s] = ems
         before = [b["em"] for b in a["before"].values()]
-        print(f"| {arm} | {len(a['runs'])} | {spread(before)} | " + " | ".join(cells) + " |")
+        table["rows"].append([arm, len(a["runs"]), spread(before), *cells])
         out["em_by_step"][arm][0] = before
+    show(out, "em_by_step", "Held-out EM by GRPO step (greedy; mean over seeds, min-max)", table)
 
 
 def spread(xs: list[float]) -> str:
@@ -112,9 +125,9 @@ def em_table(a: dict, step: int) -> list[list[float]]:
 
 
 def table_final(arms: dict, out: dict) -> None:
-    print("\n### At the last step: the gain over the warm start (95% CI over seeds and questions)\n")
-    print("| arm | seeds | steps | EM | EM - warm start [95% CI] | F1 | searches / q | RA-R | CUE-R | tied groups | reward first 8 -> last 8 |")  # fmt: skip
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
+    columns = ["arm", "seeds", "steps", "EM", "EM - warm start [95% CI]", "F1", "searches / q", "RA-R", "CUE-R",
+               "tied groups", "reward first 8 -> last 8"]  # fmt: skip
+    table = {"columns": columns, "align": "lrrrlrrrrrl", "rows": []}
     for arm, a in arms.items():
         last = a["steps"][-1]
         gain = seeds_bootstrap(em_table(a, 0), em_table(a, last))
@@ -130,18 +143,30 @@ def table_final(arms: dict, out: dict) -> None:
                       "reward_first8": statistics.mean(first), "reward_last8": statistics.mean(final),
                       "warm_start": {k: mean_of(a["before"], k) for k in ("em", "f1", "ra_r", "cue_r")}}  # fmt: skip
         out.setdefault("final", {})[arm] = row
-        print(f"| {arm} | {len(a['runs'])} | {last} | {mean['em']:.3f} | {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] | "
-              f"{mean['f1']:.3f} | {mean['searches_per_question']:.2f} | {mean['ra_r']:.3f} | {mean['cue_r']:.3f} | "
-              f"{row['tied_groups']:.3f} | {row['reward_first8']:.3f} -> {row['reward_last8']:.3f} |")  # fmt: skip
+        table["rows"].append([arm, len(a["runs"]), last, f"{mean['em']:.3f}", interval(gain), f"{mean['f1']:.3f}",
+                              f"{mean['searches_per_question']:.2f}", f"{mean['ra_r']:.3f}", f"{mean['cue_r']:.3f}",
+                              f"{row['tied_groups']:.3f}", f"{row['reward_first8']:.3f} -> {row['reward_last8']:.3f}"])  # fmt: skip
         w = {k: mean_of(a["before"], k) for k in ("em", "f1", "searches_per_question", "ra_r", "cue_r")}
-        print(f"| {arm} warm start | | 0 | {w['em']:.3f} | | {w['f1']:.3f} | {w['searches_per_question']:.2f} | "
-              f"{w['ra_r']:.3f} | {w['cue_r']:.3f} | | |")  # fmt: skip
+        table["rows"].append([f"{arm} warm start", "", 0, f"{w['em']:.3f}", "", f"{w['f1']:.3f}",
+                              f"{w['searches_per_question']:.2f}", f"{w['ra_r']:.3f}", f"{w['cue_r']:.3f}", "", ""])  # fmt: skip
+    title = "At the last step: the gain over the warm start (95% CI over seeds and questions)"
+    show(out, "final", title, table)
+
+
+def interval(x: tuple[float, float, float]) -> str:
+    """A difference and its interval as a cell.
+
+    >>> interval((0.0321, -0.01, 0.07))
+    '+0.032 [-0.010, +0.070]'
+    """
+    return f"{x[0]:+.3f} [{x[1]:+.3f}, {x[2]:+.3f}]"
 
 
 def table_seeds(arms: dict, out: dict) -> None:
-    print("\n### Per seed: the gain over its own warm start at the last step (95% CI over questions)\n")
-    print("| arm | seed | EM - warm start [95% CI] | tied groups | reward first 8 -> last 8 |")
-    print("|---|---:|---|---:|---|")
+    table = {
+        "columns": ["arm", "seed", "EM - warm start [95% CI]", "tied groups", "reward first 8 -> last 8"]
+    }
+    table |= {"align": "lrlrl", "rows": []}
     for arm, a in arms.items():
         last = a["steps"][-1]
         for seed, before, after in zip(a["runs"], em_table(a, 0), em_table(a, last), strict=True):
@@ -151,8 +176,13 @@ def table_seeds(arms: dict, out: dict) -> None:
             out.setdefault("per_seed", {}).setdefault(arm, {})[seed] = {
                 "gain": gain, "tied_groups": tied, "reward_first8": first, "reward_last8": final
             }  # fmt: skip
-            print(f"| {arm} | {seed} | {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] | {tied:.3f} | "
-                  f"{first:.3f} -> {final:.3f} |")  # fmt: skip
+            table["rows"].append([arm, seed, interval(gain), f"{tied:.3f}", f"{first:.3f} -> {final:.3f}"])
+    show(
+        out,
+        "per_seed",
+        "Per seed: the gain over its own warm start at the last step (95% CI over questions)",
+        table,
+    )
 
 
 def mean_of(summaries: dict[int, dict], key: str) -> float:
@@ -164,9 +194,8 @@ def table_compare(arms: dict, out: dict) -> None:
     pairs = [(x, y) for x, y in COMPARE if x in arms and y in arms]
     if not pairs:
         return
-    print("\n### Between arms at the last step (EM, 95% CI over seeds and questions)\n")
-    print("| comparison | seeds | steps | difference [95% CI] | warm starts' difference |")
-    print("|---|---:|---:|---|---|")
+    columns = ["comparison", "seeds", "steps", "difference [95% CI]", "verdict", "warm starts' difference"]
+    table = {"columns": columns, "align": "lrrlll", "rows": []}
     for x, y in pairs:
         seeds = sorted(set(arms[x]["runs"]) & set(arms[y]["runs"]))
         last = min(arms[x]["steps"][-1], arms[y]["steps"][-1])
@@ -181,8 +210,23 @@ def table_compare(arms: dict, out: dict) -> None:
             "diff": diff,
             "warm_starts": base,
         }
-        print(f"| {x} - {y} | {len(seeds)} | {last} | {diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}] | "
-              f"{base[0]:+.3f} [{base[1]:+.3f}, {base[2]:+.3f}] |")  # fmt: skip
+        table["rows"].append(
+            [f"{x} - {y}", len(seeds), last, interval(diff), verdict(diff, x, y), interval(base)]
+        )
+    show(out, "compare", "Between arms at the last step (EM, 95% CI over seeds and questions)", table)
+
+
+def verdict(diff: tuple[float, float, float], x: str, y: str) -> str:
+    """'x beats y' / 'x loses to y' only where the paired interval excludes zero, else 'tie'.
+
+    >>> verdict((0.05, 0.01, 0.09), "student", "raw"), verdict((0.05, -0.01, 0.09), "student", "raw")
+    ('student beats raw', 'tie')
+    """
+    if diff[1] > 0:
+        return f"{x} beats {y}"
+    if diff[2] < 0:
+        return f"{x} loses to {y}"
+    return "tie"
 
 
 def plots(r: Path, arms: dict) -> None:
@@ -223,6 +267,15 @@ def finish(fig: plt.Figure, ax: plt.Axes, labels: tuple[str, str], path: Path) -
     print(f"\nplot: {path}")
 
 
+def recorded(d: Path) -> dict:
+    """Where and from which commit a ledger run came (its run.json); {} for a run folder, which has none."""
+    f = d / "run.json"
+    if not f.is_file():
+        return {}
+    keep = ("cpu", "cpu_flags", "torch_threads", "torch", "commit", "recorded", "uncommitted_changes")
+    return {k: v for k, v in json.loads(f.read_text()).items() if k in keep}
+
+
 def main(r: Path) -> int:
     arms, out = {}, {"run_dir": str(r)}
     for arm in ARMS:
@@ -250,7 +303,8 @@ def main(r: Path) -> int:
     table_seeds(arms, out)
     table_compare(arms, out)
     plots(r, arms)
-    write_json(r / "tables.json", out)
+    out["runs"] = {f"{arm}_s{seed}": recorded(d) for arm, a in arms.items() for seed, d in a["runs"].items()}
+    write_result(r / "tables.json", out, out.pop("tables"))
     print(f"written: {r / 'tables.json'}")
     return 0
 
