@@ -1,7 +1,7 @@
 """bf16 autocast against fp32 on this CPU: what `bf16: auto` (r3forge.precision) decides, and whether it is
 right here. Baseline: fp32.
 
-    .venv/bin/python tests/benchmarks/bench_cpu_precision.py [--out runs/bench_cpu_precision.json]
+    .venv/bin/python tests/benchmarks/bench_cpu_precision.py [--beside nothing] [--out FILE]
 
 Two figures, each as seconds of bf16 CPU autocast / seconds of fp32 (above 1: bf16 is slower):
 - one matmul [512, 576] x [576, 1536] (a SmolLM2-135M MLP projection over 512 tokens), the median of
@@ -9,23 +9,29 @@ Two figures, each as seconds of bf16 CPU autocast / seconds of fp32 (above 1: bf
 - one training step (forward + backward) of the embedded SmolLM2-135M on a batch of `--batch` rows of
   `--tokens` tokens, the median of `--steps` steps after a warm-up step.
 It prints and writes the CPU model (/proc/cpuinfo), its bf16 flags, torch's thread count and what `bf16: auto`
-resolved to. Run it alone: it times.
+resolved to. Run it alone: it times. The result file (default
+`tests/benchmarks/results/cpu_precision/<cpu>_<bf16 units>.json`, one per CPU kind, so the kinds sit side by
+side) holds the figures, the table `precision` that the guides render, and the provenance (result_file.py);
+`--beside` says what shared the cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
+import re
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from result_file import NOT_RECORDED, write_result
 from transformers import AutoModelForCausalLM
 
 from r3forge.models import resolve_model
 from r3forge.precision import BF16_FLAGS, auto_bf16, cpu_flags, cpu_model
+
+RESULTS = Path(__file__).parent / "results" / "cpu_precision"
 
 
 def seconds(fn, reps: int) -> float:
@@ -62,13 +68,57 @@ def train_step(model, bf16: bool, batch: int, tokens: int, steps: int) -> float:
     return seconds(once, steps)
 
 
+def cpu_kind(cpu: str, bf16_flags: list[str]) -> str:
+    """A file name for one CPU kind: its model and its bf16 units.
+
+    >>> cpu_kind("AMD EPYC", ["avx512_bf16"]), cpu_kind("Intel(R) Xeon(R) Platinum 8480+", [])
+    ('amd-epyc_avx512_bf16', 'intel-r-xeon-r-platinum-8480_no-bf16')
+    """
+    model = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-")
+    return f"{model}_{'_'.join(bf16_flags) or 'no-bf16'}"
+
+
+def table(result: dict) -> dict:
+    """The guides' table: per figure, fp32 and bf16 autocast milliseconds and their ratio."""
+    m, t = result["matmul_s"], result["train_step_s"]
+    units = ", ".join(result["bf16_flags"]) or "no bf16 units"
+    rows = [
+        ["one matmul [512, 576] x [576, 1536]", m],
+        [f"one SmolLM2-135M training step, {t['batch']} x {t['tokens']} tokens", t],
+    ]
+    return {
+        "columns": [
+            f"{result['cpu']} ({units}), {result['torch_threads']} threads",
+            "fp32",
+            "bf16 autocast",
+            "bf16 / fp32",
+        ],
+        "align": "lrrr",
+        "rows": [[name, ms(r["fp32"]), ms(r["bf16"]), f"{r['ratio_bf16_vs_fp32']:.2f}x"] for name, r in rows],
+    }
+
+
+def ms(seconds: float) -> str:
+    """Seconds as a cell: milliseconds below one second, seconds above.
+
+    >>> ms(0.00922), ms(0.7281), ms(2.8594), ms(105.2)
+    ('9.2 ms', '728 ms', '2.86 s', '105 s')
+    """
+    if seconds < 1:
+        return f"{seconds * 1e3:.{1 if seconds < 0.1 else 0}f} ms"
+    return f"{seconds:.{2 if seconds < 10 else 0}f} s"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20, help="timed matmuls per precision")
     ap.add_argument("--steps", type=int, default=3, help="timed training steps per precision")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--out", default="runs/bench_cpu_precision.json")
+    ap.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
+    ap.add_argument(
+        "--out", default=None, help="result file (default: results/cpu_precision/<cpu kind>.json)"
+    )
     args = ap.parse_args()
 
     bf16_auto, why = auto_bf16({"use_cpu": True})
@@ -89,9 +139,9 @@ def main() -> None:
     bf16 = train_step(model, True, args.batch, args.tokens, args.steps)
     result["train_step_s"] = {"fp32": fp32, "bf16": bf16, "ratio_bf16_vs_fp32": bf16 / fp32,
                               "batch": args.batch, "tokens": args.tokens}  # fmt: skip
-    out = Path(args.out)
+    out = Path(args.out) if args.out else RESULTS / f"{cpu_kind(result['cpu'], result['bf16_flags'])}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_result(out, result, {"precision": table(result)}, beside=args.beside)
     print(f"CPU {result['cpu']} (bf16 flags: {', '.join(result['bf16_flags']) or 'none'}), "
           f"{result['torch_threads']} torch threads; bf16: auto -> {bf16_auto} ({why})")  # fmt: skip
     for name in ("matmul_s", "train_step_s"):
