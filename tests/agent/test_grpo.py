@@ -273,6 +273,18 @@ def test_rollout_engine_auto_picks_the_own_vllm_engine_where_nothing_needs_the_t
         resolve_rollout_engine("vllm", training, True)
 
 
+@pytest.mark.parametrize("launcher", ["ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"])
+def test_rollout_engine_auto_sees_zero_and_fsdp_set_by_the_accelerate_launcher(
+    tmp_path, monkeypatch, launcher
+):
+    # `accelerate launch --config_file configs/accelerate/zero3.yaml` sets only the environment, not `deepspeed`
+    training = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    monkeypatch.setenv(launcher, "true")
+    assert resolve_rollout_engine("auto", training, False) == "trainer"
+    with pytest.raises(ConfigError, match="DeepSpeed / FSDP"):
+        resolve_rollout_engine("vllm", training, False)
+
+
 def test_the_reward_weights_default_is_in_paper_defaults_and_a_flag_overrides_it():
     # the objective's defaults in one place: answer_reward trains, format_reward is logged only
     yaml = ["--config", "configs/grpo/agent_world_cpu.yaml"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import runpy
 import time
 from collections.abc import Iterator
@@ -240,7 +241,13 @@ def resolve_rollout_engine(engine: str, training: Any, use_peft: bool) -> str:
     >>> resolve_rollout_engine("trainer", NS(use_vllm=False, deepspeed=None, fsdp=""), False)
     'trainer'
     """
-    sharded = bool(training.deepspeed) or bool(training.fsdp)
+    # `accelerate launch --config_file configs/accelerate/zero*.yaml` leaves `deepspeed` unset: the launcher's
+    # environment (and the plugin transformers builds from it) says so instead
+    launched = any(
+        os.environ.get(f"ACCELERATE_USE_{x}", "false").lower() == "true" for x in ("DEEPSPEED", "FSDP")
+    )
+    sharded = bool(training.deepspeed) or bool(training.fsdp) or launched
+    sharded = sharded or getattr(training, "deepspeed_plugin", None) is not None
     why = (
         "use_vllm: true is TRL's engine: pick one"
         if training.use_vllm
