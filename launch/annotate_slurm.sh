@@ -11,6 +11,9 @@
 #           SERVE_ARGS (extra `vllm serve` flags), PYTHON (.venv/bin/python),
 #           DRY_RUN=1 prints the two commands and exits
 # then: r3forge synth merge --inputs $OUT/s* --output_dir $OUT/all [--push-to-hub org/name]
+# Before submitting: `mkdir -p logs` (SLURM opens --output below before this script runs), and a retriever at
+# the config's `retriever_url` on every node (`r3forge serve retriever`), or pass --retriever_url. Resubmitting
+# some tasks only (--array=2) changes SLURM_ARRAY_TASK_COUNT: set SHARDS to the original N.
 #
 #SBATCH --job-name=r3forge-annotate
 #SBATCH --ntasks-per-node=1

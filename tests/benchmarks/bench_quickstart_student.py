@@ -15,7 +15,9 @@ argmax), Spearman against the teacher's scores, NDCG@3 of its ranking against in
 questions (tests/benchmarks/bench_observation_evidence.py: RA-R, hop recall, quote faithfulness).
 
 Targets (issue #43): over every seed, Spearman >= 0.3 and NDCG@3 >= input order + 0.10. Written to
-ROOT/results.json; trains, so run it alone when its seconds matter (they are reported, not a target).
+ROOT/results.json (with the table `students` the guides render, and the provenance: result_file.py); trains, so
+run it alone when its seconds matter (they are reported, not a target). `--tables FILE` only rewrites an existing
+result file's table from its figures.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import sys
 import time
 from pathlib import Path
 
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, add_tables, write_result
+
 from r3forge.config import parse_config
-from r3forge.data.jsonio import read_jsonl, write_json
+from r3forge.data.jsonio import read_jsonl
 from r3forge.quickstart.plan import QuickstartConfig, build_stages
 from r3forge.quickstart.report import heldout_rankings
 
@@ -84,6 +89,36 @@ def observations(eval_run: Path, run: Path) -> dict:
     return {k: v for k, v in obs.items() if not k.startswith("per_")}
 
 
+def table(results: list[dict]) -> dict:
+    """One row per seed: the student's held-out ranking, its quotes, its observations' evidence and the target."""
+    columns = ["seed", "parse", "distinct scores", "Spearman", "NDCG@3", "input order", "random", "quote rate",
+               "quote faithfulness", "RA-R", "hop recall", "target"]  # fmt: skip
+    f = lambda x: "-" if x is None or x != x else f"{x:.3f}"  # noqa: E731
+    rows = []
+    for r in results:
+        o = r.get("observations", {})
+        rows.append([r["seed"], f(r["parse_rate"]), spans(r["distinct_scores"]), f(r["spearman"]), f(r["ndcg@3"]),
+                     f(r["input_order_ndcg@3"]), f(r["random_ndcg@3"]), f(r["quote_rate"]),
+                     f(r["quote_faithfulness"]), f(o.get("ra_r")), f(o.get("hop_recall")),
+                     "met" if r["target_met"] else "not met"])  # fmt: skip
+    return {"columns": columns, "align": "rrlrrrrrrrrl", "rows": rows}
+
+
+def spans(scores: list[int]) -> str:
+    """The distinct scores a student gave, as runs.
+
+    >>> spans([1, 2, 3, 4, 5]), spans([1, 2, 3, 5]), spans([3])
+    ('1-5', '1-3, 5', '3')
+    """
+    runs, start = [], None
+    for i, x in enumerate(scores):
+        start = x if start is None else start
+        if i + 1 == len(scores) or scores[i + 1] != x + 1:
+            runs.append(f"{start}-{x}" if x != start else f"{x}")
+            start = None
+    return ", ".join(runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -95,7 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "overrides", nargs=argparse.REMAINDER, help="After --: quickstart flags, e.g. -- --reranker_epochs 2"
     )
+    p.add_argument("--beside", default=NOT_RECORDED, help="What shared the cores ('nothing' when alone).")
+    p.add_argument(
+        "--tables", type=Path, default=None, help="Only (re)write this result file's table from its figures."
+    )
     args = p.parse_args(argv)
+    if args.tables is not None:
+        add_tables(args.tables, {"students": table(json.loads(args.tables.read_text())["results"])})
+        print("\n".join(markdown_table(table(json.loads(args.tables.read_text())["results"]))))
+        return 0
     overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
     results, out = [], args.root / "results.json"
     earlier = (
@@ -111,16 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.eval_run is not None:
             row["observations"] = observations(args.eval_run, run)
         results.append(row)
-        write_json(out, {"config": args.config, "overrides": overrides, "results": results})
-    print("| seed | parse | distinct scores | Spearman | NDCG@3 | input order | random | quote rate | quote faithfulness | RA-R | hop recall | target |")  # fmt: skip
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    f = lambda x: "-" if x is None or x != x else f"{x:.3f}"  # noqa: E731
-    for r in results:
-        o = r.get("observations", {})
-        print(f"| {r['seed']} | {f(r['parse_rate'])} | {r['distinct_scores']} | {f(r['spearman'])} | {f(r['ndcg@3'])} | "
-              f"{f(r['input_order_ndcg@3'])} | {f(r['random_ndcg@3'])} | {f(r['quote_rate'])} | "
-              f"{f(r['quote_faithfulness'])} | {f(o.get('ra_r'))} | {f(o.get('hop_recall'))} | "
-              f"{'met' if r['target_met'] else 'not met'} |")  # fmt: skip
+        figures = {"config": args.config, "overrides": overrides, "results": results}
+        write_result(out, figures, {"students": table(results)}, beside=args.beside)
+    print("\n".join(markdown_table(table(results))))
     print(f"\nwritten: {out}")
     return 0
 

@@ -18,6 +18,7 @@ it as a flag (`--beside`), and its default, "not recorded", is written as such r
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shlex
 import subprocess
@@ -96,3 +97,25 @@ def write_result(
         if not {"columns", "rows"} <= set(table):
             raise ValueError(f"{path}: table {name!r} needs 'columns' and 'rows' (has {sorted(table)})")
     write_json(path, figures | {"tables": tables, "provenance": provenance(beside)})
+
+
+def add_tables(path: Path, tables: dict[str, dict]) -> None:
+    """Put `tables`, formatted by the measuring script from the file's own figures, into an existing result file.
+
+    For result files written before they carried tables: nothing is measured again. A file without provenance
+    gets one that says so (its command, machine and date are then only in the guide's text and the notes).
+    """
+    path = Path(path)
+    result = json.loads(path.read_text(encoding="utf-8"))
+    sha, dirty = commit()
+    result["tables"] = tables
+    result.setdefault(
+        "provenance", {"command": NOT_RECORDED, "note": "measured before result files carried provenance"}
+    )
+    result["provenance"]["tables_rendered"] = {
+        "command": command(),
+        "commit": sha,
+        "dirty": dirty,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    write_json(path, result)
