@@ -1,15 +1,19 @@
 """Table and plot of the evidence-keeping student's learning curve (tests/benchmarks/student_evidence_curve.sh).
 
-    .venv/bin/python tests/benchmarks/student_evidence_curve.py runs/student_evidence_curve
+    .venv/bin/python tests/benchmarks/student_evidence_curve.py runs/student_evidence_curve [--beside nothing]
+    .venv/bin/python tests/benchmarks/student_evidence_curve.py --tables tests/benchmarks/figures/student_cite.json
 
 Per student (ROOT/ps<N>): training rows, its last epoch's task metrics on the held-out pairs, and its observations
 on the learning bench's fixed searches (observations.json of tests/benchmarks/bench_observation_evidence.py): RA-R,
 hop recall and quote faithfulness, with paired bootstrap intervals (over questions for RA-R, over queries for hop
-recall) against raw passages and against the extractive stand-in. Written to ROOT/curve.json and ROOT/curve.png.
+recall) against raw passages and against the extractive stand-in. Written to ROOT/curve.json (`points`, the
+tables `curve` and `references` that the guides render, and the provenance: result_file.py) and ROOT/curve.png.
+`--tables FILE` only rewrites a kept result file's tables from its own points.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,7 +22,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, add_tables, write_result
 
+from r3forge.data.jsonio import write_json
 from r3forge.metrics.stats import paired_bootstrap
 
 TASK = ("spearman", "ndcg@3", "quote_rate", "quote_faithfulness")
@@ -44,7 +51,46 @@ def student_point(run: Path) -> dict:
     return point
 
 
-def main(root: Path) -> int:
+def table(points: list[dict]) -> dict:
+    """One row per student: its held-out task metrics and the evidence its observations keep, with intervals."""
+    ci = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"  # noqa: E731
+    columns = ["training rows", "Spearman", "NDCG@3", "quote rate", "quote faithfulness", "RA-R", "hop recall",
+               "RA-R - raw", "RA-R - extractive", "hop - extractive"]  # fmt: skip
+    rows = [[p["train_rows"], f"{p['spearman']:.3f}", f"{p['ndcg@3']:.3f}", f"{p['quote_rate']:.3f}",
+             f"{p['quote_faithfulness'] or 0:.3f}", f"{p['obs_ra_r']:.3f}", f"{p['obs_hop_recall']:.3f}",
+             ci(p["ra_r_minus_raw"]), ci(p["ra_r_minus_extractive"]), ci(p["hop_minus_extractive"])]
+            for p in points]  # fmt: skip
+    return {"columns": columns, "align": "rrrrrrrlll", "rows": rows}
+
+
+def references(points: list[dict]) -> dict:
+    """The two references on the same questions: raw passages and the extractive stand-in."""
+    refs = points[-1]["refs"]
+    rows = [[name, f"{refs[key]['ra_r']:.3f}", f"{refs[key]['hop_recall']:.3f}"]
+            for key, name in (("raw", "raw passages"), ("extractive", "extractive stand-in"))]  # fmt: skip
+    return {"columns": ["observations", "RA-R", "hop recall"], "align": "lrr", "rows": rows}
+
+
+def rewrite_tables(path: Path) -> None:
+    """A kept result file's tables from its own points (an older file, a bare list of points, becomes a dict)."""
+    data = json.loads(path.read_text())
+    if isinstance(data, list):
+        write_json(path, {"points": data})
+    points = json.loads(path.read_text())["points"]
+    add_tables(path, {"curve": table(points), "references": references(points)})
+    print("\n".join(markdown_table(table(points))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("root", type=Path, nargs="?", default=Path("runs/student_evidence_curve"))
+    ap.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
+    ap.add_argument("--tables", type=Path, default=None, help="only rewrite this result file's tables")
+    args = ap.parse_args(argv)
+    if args.tables is not None:
+        rewrite_tables(args.tables)
+        return 0
+    root = args.root
     runs = sorted((p for p in root.glob("ps*") if (p / "observations.json").exists()),
                   key=lambda p: int(p.name[2:]))  # fmt: skip
     if not runs:
@@ -52,16 +98,10 @@ def main(root: Path) -> int:
             f"{root}: no finished student (ps<N>/observations.json); run student_evidence_curve.sh first"
         )
     points = [student_point(p) for p in runs]
-    ci = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"  # noqa: E731
-    print("| training rows | Spearman | NDCG@3 | quote rate | quote faithfulness | RA-R | hop recall | RA-R - raw | RA-R - extractive | hop - extractive |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
-    for p in points:
-        print(f"| {p['train_rows']} | {p['spearman']:.3f} | {p['ndcg@3']:.3f} | {p['quote_rate']:.3f} | "
-              f"{p['quote_faithfulness'] or 0:.3f} | {p['obs_ra_r']:.3f} | {p['obs_hop_recall']:.3f} | "
-              f"{ci(p['ra_r_minus_raw'])} | {ci(p['ra_r_minus_extractive'])} | {ci(p['hop_minus_extractive'])} |")  # fmt: skip
+    print("\n".join(markdown_table(table(points))))
+    print()
+    print("\n".join(markdown_table(references(points))))
     refs = points[-1]["refs"]
-    print(f"\nraw: RA-R {refs['raw']['ra_r']:.3f}, hop recall {refs['raw']['hop_recall']:.3f}; extractive stand-in: "
-          f"RA-R {refs['extractive']['ra_r']:.3f}, hop recall {refs['extractive']['hop_recall']:.3f}")  # fmt: skip
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     rows = [p["train_rows"] for p in points]
     for key, label, color in (("ra_r", "RA-R", "C0"), ("hop_recall", "hop recall", "C1")):
@@ -82,10 +122,11 @@ def main(root: Path) -> int:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(root / "curve.png", dpi=120)
-    (root / "curve.json").write_text(json.dumps(points, indent=1))
+    write_result(root / "curve.json", {"points": points}, {"curve": table(points), "references": references(points)},
+                 beside=args.beside)  # fmt: skip
     print(f"\nwritten: {root / 'curve.json'}, {root / 'curve.png'}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/student_evidence_curve")))
+    sys.exit(main())
