@@ -14,7 +14,8 @@ Per arm (raw passages / the extractive stand-in / the distilled student), over i
    `frac_reward_zero_std`, mean over the steps and seeds) and the training reward of the first and last 8 steps;
 3. per seed: its gain over its own warm start (interval over the questions), tied groups and reward;
 4. the differences between arms at the last step (student - raw, extractive - raw, student - extractive), the
-   same interval; seed i of one arm is set against seed i of the other.
+   same interval; seed i of one arm is set against seed i of the other; a verdict (beats, ties, loses to) only
+   with three seeds in both arms, "beats" only where the interval excludes zero.
 Plots: RUN_DIR/em_vs_steps.png (mean EM per checkpoint, each seed thin) and RUN_DIR/reward_curves.png (the
 training reward, 8-step moving mean, averaged over seeds). Everything printed also goes to RUN_DIR/tables.json:
 the figures, each table as `render_tables.py` prints it into a guide (`tables`: em_by_step, final, per_seed,
@@ -39,6 +40,7 @@ from r3forge.metrics.stats import seeds_bootstrap
 
 ARMS = ("raw", "extractive", "student")
 COMPARE = (("student", "raw"), ("extractive", "raw"), ("student", "extractive"))
+CLAIM_SEEDS = 3  # a learning claim (beats / loses to) needs three training seeds in both arms
 
 
 def load_rows(d: Path) -> dict[str, dict]:
@@ -210,9 +212,12 @@ def table_compare(arms: dict, out: dict) -> None:
             "diff": diff,
             "warm_starts": base,
         }
-        table["rows"].append(
-            [f"{x} - {y}", len(seeds), last, interval(diff), verdict(diff, x, y), interval(base)]
+        said = (
+            verdict(diff, x, y)
+            if len(seeds) >= CLAIM_SEEDS
+            else f"no claim ({len(seeds)} of {CLAIM_SEEDS} seeds)"
         )
+        table["rows"].append([f"{x} - {y}", len(seeds), last, interval(diff), said, interval(base)])
     show(out, "compare", "Between arms at the last step (EM, 95% CI over seeds and questions)", table)
 
 
