@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,41 @@ def test_a_marker_that_cannot_be_rendered_names_the_guide_line(tmp_path: Path, g
     root = _repo(tmp_path, guide)
     with pytest.raises(TableError, match=message):
         render_guide(guide, "README.md", root)
+
+
+LINK = re.compile(r"\]\((?!https?://|mailto:)([^)\s]+)\)")
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a markdown file's headings (lowercase; punctuation but - and _ dropped; spaces -).
+
+    >>> sorted(anchors("# Two commands\\n## `bench_bm25.py`\\n```\\n# not a heading\\n```"))
+    ['bench_bm25py', 'two-commands']
+    """
+    found, fenced = set(), False
+    for line in markdown.splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and (m := re.match(r"#{1,6} (.+)", line)):
+            found.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return found
+
+
+def test_every_relative_link_in_the_guides_resolves():
+    root = render_tables.ROOT
+    guides = sorted({p for pattern in render_tables.GUIDES for p in root.glob(pattern)})
+    broken = []
+    for guide in guides:
+        text = guide.read_text(encoding="utf-8")
+        for m in LINK.finditer(text):
+            path, _, anchor = m.group(1).partition("#")
+            target = (guide.parent / path).resolve() if path else guide
+            line = text.count("\n", 0, m.start()) + 1
+            if not target.exists():
+                broken.append(f"{guide.relative_to(root)}:{line}: {m.group(1)} (no such file)")
+            elif (
+                anchor
+                and target.suffix == ".md"
+                and anchor not in anchors(target.read_text(encoding="utf-8"))
+            ):
+                broken.append(f"{guide.relative_to(root)}:{line}: {m.group(1)} (no such heading)")
+    assert broken == []

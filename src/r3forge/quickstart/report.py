@@ -162,7 +162,7 @@ def annotation_section(run: Path, teacher: str, labels: str = "model") -> list[s
             f"The teacher gave every accepted pair the same score ({used[0]}): its argmax carries no "
             "ranking signal (compare `expected_ndcg@3` with `input_order_ndcg@3` above for what its digit "
             "probabilities carry). That is the 135M teacher, not the pipeline: point `--teacher_model` "
-            "at a larger model (README, *Bring your own*) for informative scores.",
+            "at a larger model (recipes/README.md, *Bring your own*) for informative scores.",
         ]
     if labels == "rules":
         lines += [

@@ -1,7 +1,7 @@
 """`r3forge index build|info|search` (the table: `r3forge.cli`).
 
 r3forge index build --corpus '../shared/data/wiki_paragraphs/*.jsonl' --kind bm25 --output indexes/wiki-bm25
-r3forge index build --config configs/retrieval/wiki_dense_flat.yaml --encoder all-minilm-l6-v2
+r3forge index build --config configs/retrieval/wiki_minilm_flat.yaml --encoder all-minilm-l6-v2
 r3forge index info --index indexes/wiki-bm25
 r3forge index search --index indexes/wiki-bm25 --queries "who wrote Hamlet" --k 3
 """
