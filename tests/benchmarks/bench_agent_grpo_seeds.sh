@@ -14,7 +14,7 @@
 #               blind, quotes each passage's sentence that best matches the query, score 1-5 by query-word
 #               coverage), a named stand-in for a student whose comments keep the evidence
 #   student     observation: verbal from the distilled student in STUDENT (a release folder, served by vLLM),
-#               e.g. the cite_all student (README): CITE_ALL=true QUICKSTART_ARM=false bash
+#               e.g. the cite_all student (tests/benchmarks/README.md): CITE_ALL=true QUICKSTART_ARM=false bash
 #               tests/benchmarks/bench_student_evidence.sh QUICKSTART_RUN runs/student_cite, then
 #               STUDENT=runs/student_cite/release
 # Each arm gets its own format warm start (96 training questions with observations of its kind; the SFT config
