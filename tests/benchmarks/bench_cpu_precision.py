@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-import re
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from result_file import NOT_RECORDED, write_result
+from result_file import NOT_RECORDED, cpu_kind, write_result
 from transformers import AutoModelForCausalLM
 
 from r3forge.models import resolve_model
@@ -66,16 +65,6 @@ def train_step(model, bf16: bool, batch: int, tokens: int, steps: int) -> float:
         model.zero_grad(set_to_none=True)
 
     return seconds(once, steps)
-
-
-def cpu_kind(cpu: str, bf16_flags: list[str]) -> str:
-    """A file name for one CPU kind: its model and its bf16 units.
-
-    >>> cpu_kind("AMD EPYC", ["avx512_bf16"]), cpu_kind("Intel(R) Xeon(R) Platinum 8480+", [])
-    ('amd-epyc_avx512_bf16', 'intel-r-xeon-r-platinum-8480_no-bf16')
-    """
-    model = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-")
-    return f"{model}_{'_'.join(bf16_flags) or 'no-bf16'}"
 
 
 def table(result: dict) -> dict:

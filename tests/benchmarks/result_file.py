@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from r3forge.data.jsonio import write_json
-from r3forge.precision import cpu_flags, cpu_model
+from r3forge.precision import BF16_FLAGS, cpu_flags, cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]
 # the flags that decide a CPU timing here: vector width and bf16 units (see r3forge.precision)
@@ -49,6 +50,19 @@ def machine() -> dict[str, Any]:
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def cpu_kind(cpu: str | None = None, bf16_flags: list[str] | None = None) -> str:
+    """A file name for one CPU kind: its model and its bf16 units (default: this machine's), for timing results
+    kept one file per kind (`results/<bench>/<cpu kind>.json`).
+
+    >>> cpu_kind("AMD EPYC", ["avx512_bf16"]), cpu_kind("Intel(R) Xeon(R) Platinum 8480+", [])
+    ('amd-epyc_avx512_bf16', 'intel-r-xeon-r-platinum-8480_no-bf16')
+    """
+    cpu = cpu_model() if cpu is None else cpu
+    bf16_flags = sorted(cpu_flags() & set(BF16_FLAGS)) if bf16_flags is None else bf16_flags
+    model = re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-")
+    return f"{model}_{'_'.join(bf16_flags) or 'no-bf16'}"
 
 
 def command(argv: list[str] | None = None) -> str:
