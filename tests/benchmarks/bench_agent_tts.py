@@ -17,8 +17,10 @@ unique-query extraction, relevance-guided); its summary and rows go to LEDGER/AR
 with run.json (the checkpoint, its greedy EM, the machine, the seconds) and tables.json:
 EM and F1 per strategy, reranker pairs / calls and unique queries per question, the paired differences
 relevance - naive, relevance - naive_unique and naive_unique - naive with a 95% bootstrap interval over the
-questions, and the questions whose votes or majority answer relevance-guided scaling changed. Resumable: a
-finished evaluation in RUN_DIR/tts_ARM is not run again.
+questions, and the questions whose votes or majority answer relevance-guided scaling changed; its tables
+`strategies` and `paired` are what the guides render (with provenance: result_file.py; `--beside` says what shared
+the cores, `--tables_only` rewrites tables.json from the ledger's rows). Resumable: a finished evaluation in
+RUN_DIR/tts_ARM is not run again.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import time
 from pathlib import Path
 
 from agent_ledger import copy_eval, machine, sha256
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, write_result
 
 from r3forge.data.jsonio import write_json
 from r3forge.metrics.stats import paired_bootstrap
@@ -82,40 +86,49 @@ def best_checkpoint(run_dir: Path, arm: str) -> dict:
     return max(found, key=lambda c: (c["em"], c["step"], -c["seed"]))
 
 
-def tables(out: Path, summary: dict) -> dict:
+def tables(out: Path, summary: dict) -> tuple[dict, dict]:
+    """(the figures, the tables `strategies` and `paired`) of a finished evaluation in `out` (its rows.jsonl.gz)."""
     rows: dict[str, dict[str, dict]] = {s: {} for s in STRATEGIES}  # strategy -> question id -> its row
     for r in map(json.loads, gzip.decompress((out / "rows.jsonl.gz").read_bytes()).decode().splitlines()):
         rows[r["strategy"]][r["id"]] = r
     n = summary["questions"]
     result: dict = {"questions": n, "samples": summary["samples"], "strategies": {}, "paired": {}}
-    print(f"\n### Test-time scaling: N = {summary['samples']} answers per question, {n} held-out questions\n")
-    print(
-        "| strategy | EM | F1 | answers / q | unique queries / q | reranker pairs / q | reranker calls / q |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    columns = [
+        "strategy",
+        "EM",
+        "F1",
+        "answers / q",
+        "unique queries / q",
+        "reranker pairs / q",
+        "reranker calls / q",
+    ]
+    strategies = {"columns": columns, "align": "lrrrrrr", "rows": []}
     for s in STRATEGIES:
         x = summary[s]
         row = {"em": x["em"], "f1": x["f1"], "answers_per_question": x["answers_per_question"]} | {
             f"{k}_per_question": x[k] / n for k in ("unique_queries", "reranker_pairs", "reranker_calls")
         }
         result["strategies"][s] = row
-        print(f"| {s} | {row['em']:.3f} | {row['f1']:.3f} | {row['answers_per_question']:.2f} | "
-              f"{row['unique_queries_per_question']:.2f} | {row['reranker_pairs_per_question']:.2f} | "
-              f"{row['reranker_calls_per_question']:.2f} |")  # fmt: skip
-    print("\n| difference | EM [95% CI over questions] |\n|---|---|")
+        strategies["rows"].append([s, f"{row['em']:.3f}", f"{row['f1']:.3f}", f"{row['answers_per_question']:.2f}",
+                                   f"{row['unique_queries_per_question']:.2f}", f"{row['reranker_pairs_per_question']:.2f}",
+                                   f"{row['reranker_calls_per_question']:.2f}"])  # fmt: skip
+    paired = {"columns": ["difference", "EM [95% CI over questions]", "verdict"], "align": "lll", "rows": []}
     for x, y in PAIRS:
         ids = sorted(rows[y])
         d = paired_bootstrap([float(rows[y][i]["em"]) for i in ids], [float(rows[x][i]["em"]) for i in ids])
         result["paired"][f"{x} - {y}"] = d
-        print(f"| {x} - {y} | {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] |")
+        said = f"{x} beats {y}" if d[1] > 0 else f"{x} loses to {y}" if d[2] < 0 else "tie"
+        paired["rows"].append([f"{x} - {y}", f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]", said])
     # the same seed and batches give the majority-vote arms the same first turns: where does A1 change anything?
     a, b = rows["relevance"], rows["naive_unique"]
     result["relevance_vs_naive_unique"] = {
         k: sum(a[i][key] != b[i][key] for i in b) for k, key in (("votes_differ", "votes"), ("prediction_differs", "prediction"))
     }  # fmt: skip
+    print(f"\n### Test-time scaling: N = {summary['samples']} answers per question, {n} held-out questions\n")
+    print("\n".join(markdown_table(strategies)) + "\n\n" + "\n".join(markdown_table(paired)))
     print(f"\nrelevance vs naive_unique: votes differ for {result['relevance_vs_naive_unique']['votes_differ']} of {n} "
           f"questions, the majority for {result['relevance_vs_naive_unique']['prediction_differs']}")  # fmt: skip
-    return result
+    return result, {"strategies": strategies, "paired": paired}
 
 
 def main() -> int:
@@ -130,7 +143,17 @@ def main() -> int:
         "--ledger", type=Path, default=Path("tests/benchmarks/results/agent_tts"), help="Committed results."
     )
     p.add_argument("--max_questions", type=int, default=200, help="Held-out questions (the world has 109).")
+    p.add_argument("--beside", default=NOT_RECORDED, help="What shared the cores ('nothing' when alone).")
+    p.add_argument(
+        "--tables_only", action="store_true", help="Only rewrite LEDGER/ARM/tables.json from its rows."
+    )
     a = p.parse_args()
+    if a.tables_only:
+        dst = a.ledger / a.arm
+        write_result(
+            dst / "tables.json", *tables(dst, json.loads((dst / "summary.json").read_text())), beside=a.beside
+        )
+        return 0
     flags = observation(a.arm, a.student)
     best = best_checkpoint(a.run_dir, a.arm)
     print(f"bench_agent_tts: {a.arm}: seed {best['seed']} step {best['step']} (greedy EM {best['em']:.3f}): {best['model']}", file=sys.stderr)  # fmt: skip
@@ -164,7 +187,7 @@ def main() -> int:
     if seconds is None and (dst / "run.json").is_file():  # a rerun of the ledger step keeps the measured time
         about["seconds"] = json.loads((dst / "run.json").read_text()).get("seconds")
     write_json(dst / "run.json", about)
-    write_json(dst / "tables.json", tables(dst, summary))
+    write_result(dst / "tables.json", *tables(dst, summary), beside=a.beside)
     return 0
 
 
