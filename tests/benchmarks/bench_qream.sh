@@ -7,7 +7,8 @@
 # SmolLM2-135M (embedded) is rewriter, reader, fact extractor and judge, behind vLLM servers each job starts
 # and stops. HotpotQA: r_raw = each question's first 5 own paragraphs; training questions from the train
 # sample, held-out ones from the test sample (never trained on). The synthetic world: r_raw = BM25 top-5 over
-# its corpus; training questions 0-49, held-out 400-449. Prints the tables (python .../qream_tables.py).
+# its corpus; training questions: the first 50 of the agent's training split, held-out: the first 50 of the
+# agent's held-out split (the same hashed split). Prints the tables (python .../qream_tables.py).
 # Sizes (env): TRAIN_Q (100 HotpotQA questions, half as many world ones), HELDOUT_Q (50 per dataset),
 # PROBE_Q (25 HotpotQA dev questions, 4/5 as many world held-out ones). vLLM's CPU worker is bound to every
 # core (VLLM_CPU_OMP_THREADS_BIND=0-<n-1>; vLLM's own default keeps one core for its scheduler). On 2 cores
@@ -31,8 +32,18 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 [ -f "$R/world/questions.jsonl" ] || { step world; $B data synth-world --seed 0 --output_dir "$R/world"; }
 [ -d "$R/world_index" ] || { step world-index; $B index build --corpus "$R/world/corpus.jsonl" --kind bm25 --output "$R/world_index"; }
-head -n "$((TRAIN_Q / 2))" "$R/world/questions.jsonl" > "$R/world_train.jsonl"
-sed -n "401,$((400 + HELDOUT_Q))p" "$R/world/questions.jsonl" > "$R/world_heldout.jsonl"
+# the world's split is the agent's (r3forge.agent.data.is_heldout: a hash of the question id, heldout_fraction 0.2
+# as in configs/grpo/agent_world_cpu.yaml), so QREAM's held-out world questions are the agent's held-out ones
+.venv/bin/python - "$R/world/questions.jsonl" "$((TRAIN_Q / 2))" "$HELDOUT_Q" "$R/world_train.jsonl" "$R/world_heldout.jsonl" <<'PY'
+import json, sys
+from r3forge.agent.data import is_heldout
+src, n_train, n_heldout, train, heldout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:]
+split = {True: [], False: []}
+for line in open(src, encoding="utf-8").read().splitlines():
+    split[is_heldout(json.loads(line)["id"], 0.2)].append(line)
+for path, rows in ((train, split[False][:n_train]), (heldout, split[True][:n_heldout])):
+    open(path, "w", encoding="utf-8").write("".join(r + "\n" for r in rows))
+PY
 head -n "$TRAIN_Q" "$H/rpt_distractor_dev_sample_train.jsonl" > "$R/hotpotqa_train.jsonl"
 head -n "$HELDOUT_Q" "$H/rpt_distractor_dev_sample_test.jsonl" > "$R/hotpotqa_heldout.jsonl"
 W="--index $R/world_index --seed_qa_path $R/world/questions.jsonl"
