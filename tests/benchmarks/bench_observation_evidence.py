@@ -3,7 +3,7 @@ reranker students, on the same searches of the learning bench's held-out questio
 
     .venv/bin/python tests/benchmarks/bench_observation_evidence.py --run runs/quickstart-<time> \\
         --student new=runs/student_evidence/release --student quickstart=runs/quickstart-<time>/reranker \\
-        [--out runs/bench_observation_evidence.json]
+        [--out runs/bench_observation_evidence.json] [--beside nothing]
 
 The searches are fixed, so the arms differ only in the observation: every held-out question of the quickstart's
 world (the hashed 20% GRPO never trains on, 109 questions) is searched the way the format warm start teaches
@@ -24,6 +24,11 @@ passages cut to 30 words; raw shows the top 2, verbal the reranker's top 2 with 
 
 Students are evaluated in process (`--backend hf`, transformers greedy; GRPO serves them with vLLM, greedy as well)
 with `reranker_max_tokens` 64, as in the GRPO YAML. It does not time anything.
+
+The result file (`--out`, default `runs/bench_observation_evidence.json`; bench_student_evidence.sh writes
+`RUN_DIR/observations.json`) holds the figures `run`, `backend` and `arms` (one object per arm with the keys above,
+its per-question and per-query values and `ra_r_minus_raw` / `hop_minus_raw` as [difference, low, high]), the
+table `observations` it prints, and the provenance (result_file.py); `--beside` records what shared the cores.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, write_result
+
 from r3forge.agent.data import hops, is_heldout
 from r3forge.agent.env import EnvConfig, SearchConfig, open_env
-from r3forge.data.jsonio import write_json
 from r3forge.data.loaders import load_qa
 from r3forge.metrics.qa import answer_in_text, quotes_found
 from r3forge.metrics.stats import paired_bootstrap
@@ -107,6 +114,42 @@ def measure(name: str, spec: str, questions: list[dict], args: argparse.Namespac
             "per_question_ra_r": ra_r, "per_query_hop": hops}  # fmt: skip
 
 
+def add_differences(results: list[dict]) -> None:
+    """Each arm's `ra_r_minus_raw` and `hop_minus_raw`: [mean difference from raw (the first arm), 95% low, high],
+    paired over the questions / queries."""
+    raw = results[0]
+    for r in results:
+        for key in ("per_question_ra_r", "per_query_hop"):
+            d, lo, hi = paired_bootstrap(raw[key], r[key])
+            r[key.replace("per_question_", "").replace("per_query_", "") + "_minus_raw"] = [d, lo, hi]
+
+
+def table(results: list[dict]) -> dict:
+    """The table `observations`: per arm, its evidence, quotes, words and its differences from raw (the first arm).
+
+    >>> arm = {"arm": "raw", "questions": 2, "queries": 3, "ra_r": 0.5, "hop_recall": 0.6667,
+    ...        "hop_recall_retrieved": 1.0, "quote_rate": None, "quote_faithfulness": None, "words": 61.25,
+    ...        "ra_r_minus_raw": [0.0, 0.0, 0.0], "hop_minus_raw": [0.0, 0.0, 0.0]}
+    >>> other = arm | {"arm": "extractive", "ra_r": 0.25, "ra_r_minus_raw": [-0.25, -0.5, 0.0]}
+    >>> t = table([arm, other])
+    >>> t["rows"][0][-3:], t["rows"][1][3], t["rows"][1][-2:]
+    (['61.2', '', ''], '0.250', ['-0.250 [-0.500, +0.000]', '+0.000 [+0.000, +0.000]'])
+    """
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    rows = []
+    for i, r in enumerate(results):
+        diffs = [
+            "" if i == 0 else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*r[k])
+            for k in ("ra_r_minus_raw", "hop_minus_raw")
+        ]
+        rows.append([r["arm"], str(r["questions"]), str(r["queries"]), fmt(r["ra_r"]), fmt(r["hop_recall"]),
+                     fmt(r["hop_recall_retrieved"]), fmt(r["quote_rate"]), fmt(r["quote_faithfulness"]),
+                     "-" if r["words"] is None else f"{r['words']:.1f}", *diffs])  # fmt: skip
+    columns = ["observation", "questions", "queries", "RA-R", "hop recall", "(retrieved)", "quote rate",
+               "quote faithfulness", "words", "RA-R - raw [95% CI]", "hop recall - raw [95% CI]"]  # fmt: skip
+    return {"columns": columns, "align": "lrrrrrrrrll", "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=Path, required=True, help="A finished quickstart run (world/, index/).")
@@ -117,27 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--max_questions", type=int, default=None, help="First N held-out questions (default all)."
     )
-    p.add_argument("--out", type=Path, default=Path("runs/bench_observation_evidence.json"))
+    p.add_argument(
+        "--out", type=Path, default=Path("runs/bench_observation_evidence.json"), help="the result file"
+    )
+    p.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
     args = p.parse_args(argv)
     arms = [("raw", ""), ("extractive", "")] + [tuple(s.split("=", 1)) for s in args.student]
     if any(len(a) != 2 or not Path(a[1]).is_dir() for a in arms[2:]):
         sys.exit(f"--student takes NAME=FOLDER with an existing folder, got {args.student}")
     questions = plan(args.run, args.max_questions)
     results = [measure(name, spec, questions, args) for name, spec in arms]
-    raw = results[0]
-    print("| observation | questions | queries | RA-R | hop recall | (retrieved) | quote rate | quote faithfulness | words | RA-R - raw [95% CI] | hop recall - raw [95% CI] |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    for r in results:
-        diffs = []
-        for key in ("per_question_ra_r", "per_query_hop"):
-            d, lo, hi = paired_bootstrap(raw[key], r[key])
-            r[key.replace("per_question_", "").replace("per_query_", "") + "_minus_raw"] = [d, lo, hi]
-            diffs.append("" if r is raw else f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
-        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        print(f"| {r['arm']} | {r['questions']} | {r['queries']} | {fmt(r['ra_r'])} | {fmt(r['hop_recall'])} | "
-              f"{fmt(r['hop_recall_retrieved'])} | {fmt(r['quote_rate'])} | {fmt(r['quote_faithfulness'])} | "
-              f"{r['words']:.1f} | {diffs[0]} | {diffs[1]} |")  # fmt: skip
-    write_json(args.out, {"run": str(args.run), "backend": args.backend, "arms": results})
+    add_differences(results)
+    print("\n".join(markdown_table(table(results))))
+    figures = {"run": str(args.run), "backend": args.backend, "arms": results}
+    write_result(args.out, figures, {"observations": table(results)}, beside=args.beside)
     print(f"\nwritten: {args.out}")
     return 0
 

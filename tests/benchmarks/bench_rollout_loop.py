@@ -3,7 +3,7 @@ number of tokens single-turn (the baseline), in one process.
 
     .venv/bin/python tests/benchmarks/bench_rollout_loop.py --model runs/sft/agent_warmstart_cpu/final \\
         --questions data/synth_world/questions.jsonl --index indexes/world-bm25 [--prompts 32] [--repeats 2]
-        [--env_delay_s 0.0]
+        [--env_delay_s 0.0] [--beside nothing] [--out FILE]
 
 Arms, each over the same prompts (G copies of each question, the recipe's prompt), sampled at temperature 1:
 - "sync": `lockstep_rollouts` with `VLLMPolicy` (every rollout takes each turn together; one `generate` call per
@@ -16,14 +16,20 @@ Printed: generated (policy) tokens per second of each arm and the ratios to the 
 >= 0.8), the environment's seconds and how much of them overlapped with generation (async), and the sync
 loop's ratio for before/after. `--env_delay_s` adds a fixed delay to every environment call (a stand-in for
 a remote reranker's latency, named as such in the output). The first repeat warms the engine up and is
-left out.
+left out. The result file (`--out`, default `tests/benchmarks/results/rollout_loop/<cpu>_<bf16 units>.json`, one
+per CPU kind) holds the figures (`arms`: seconds, policy tokens, tokens/s and the ratio to single-turn of each;
+the environment's seconds and the async seconds hidden behind generation), the table `arms` it prints, and the
+provenance (result_file.py); `--beside` says what shared the cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, cpu_kind, write_result
 from transformers import AutoTokenizer
 
 from r3forge.agent.async_rollout import VLLMStepPolicy, own_pace_rollouts
@@ -33,6 +39,8 @@ from r3forge.agent.rollout import RolloutConfig, VLLMPolicy, encode_prompt, lock
 from r3forge.backends.vllm_engine import VLLMEngineBackend, VLLMEngineConfig
 from r3forge.models import resolve_model
 from r3forge.retrieval import load_retriever
+
+RESULTS = Path(__file__).parent / "results" / "rollout_loop"
 
 
 class DelayedEnv:
@@ -65,6 +73,27 @@ def single_turn(llm, prompts: list[list[int]], counts: list[int]) -> float:
     return time.perf_counter() - start
 
 
+def table(figures: dict) -> dict:
+    """The table `arms`: per arm, policy tokens, seconds, tokens/s, the ratio to single-turn, and the
+    environment's seconds (async: how many of them generation hid).
+
+    >>> arms = {"sync": {"policy_tokens": 900, "seconds": 30.04, "tokens_per_s": 29.96, "ratio_vs_single_turn": 0.5},
+    ...         "single-turn": {"policy_tokens": 900, "seconds": 15.0, "tokens_per_s": 60.0, "ratio_vs_single_turn": 1.0}}
+    >>> table({"arms": arms, "env_s": {"sync": 4.25}, "async_s_hidden_behind_generation": 3.0})["rows"]
+    [['sync', '900', '30.0', '30.0', '0.50x', '4.2', ''], ['single-turn', '900', '15.0', '60.0', '1.00x', '', '']]
+    """
+    rows = []
+    for name, r in figures["arms"].items():
+        env = figures["env_s"].get(name)
+        hidden = figures["async_s_hidden_behind_generation"] if name == "async" else None
+        rows.append([name, str(r["policy_tokens"]), f"{r['seconds']:.1f}", f"{r['tokens_per_s']:.1f}",
+                     f"{r['ratio_vs_single_turn']:.2f}x", "" if env is None else f"{env:.1f}",
+                     "" if hidden is None else f"{hidden:.1f}"])  # fmt: skip
+    columns = ["arm", "policy tokens", "s", "tokens/s", "vs single-turn", "environment s",
+               "environment s hidden behind generation (single-turn s + env s - async s)"]  # fmt: skip
+    return {"columns": columns, "align": "lrrrrrr", "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
@@ -77,6 +106,8 @@ def main() -> None:
     ap.add_argument("--max_turns", type=int, default=2)
     ap.add_argument("--max_turn_tokens", type=int, default=48)
     ap.add_argument("--max_completion_tokens", type=int, default=400)
+    ap.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
+    ap.add_argument("--out", default=None, help="result file (default: results/rollout_loop/<cpu kind>.json)")
     a = ap.parse_args()
 
     model = str(resolve_model(a.model))
@@ -130,11 +161,17 @@ def main() -> None:
     finally:
         engine.close()
     rate = {k: n / s for k, (s, n) in totals.items()}
-    print("\n| arm | policy tokens | s | tokens/s | vs single-turn |\n|---|---:|---:|---:|---:|")
-    for k, (s, n) in totals.items():
-        print(f"| {k} | {n} | {s:.1f} | {rate[k]:.1f} | {rate[k] / rate['single-turn']:.2f}x |")
-    print(f"\nenvironment seconds: sync {env_s['sync']:.1f}, async {env_s['async']:.1f}; async time hidden behind "
-          f"generation (single-turn s + env s - async s): {overlap:.1f} s")  # fmt: skip
+    figures = {"model": a.model, "questions": a.prompts, "generations": a.generations, "rollouts": len(prompts),
+               "repeats_timed": a.repeats - 1, "env_delay_s (stand-in for a remote reranker's latency)": a.env_delay_s,
+               "max_turns": a.max_turns, "max_turn_tokens": a.max_turn_tokens,
+               "max_completion_tokens": a.max_completion_tokens, "baseline": "single-turn",
+               "arms": {k: {"seconds": s, "policy_tokens": n, "tokens_per_s": rate[k],
+                            "ratio_vs_single_turn": rate[k] / rate["single-turn"]} for k, (s, n) in totals.items()},
+               "env_s": env_s, "async_s_hidden_behind_generation": overlap}  # fmt: skip
+    print("\n" + "\n".join(markdown_table(table(figures))))
+    out = Path(a.out) if a.out else RESULTS / f"{cpu_kind()}.json"
+    write_result(out, figures, {"arms": table(figures)}, beside=a.beside)
+    print(f"\nresult: {out}")
 
 
 if __name__ == "__main__":

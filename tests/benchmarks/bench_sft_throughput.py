@@ -1,7 +1,7 @@
 """SFT throughput: the recipe's CPU settings vs plain TRL defaults, same data, same steps, same model.
 
     .venv/bin/python tests/benchmarks/bench_sft_throughput.py --data runs/annotate/rules_hotpotqa_train \\
-        [--rows 256] [--eval_rows 64]
+        [--rows 256] [--eval_rows 64] [--beside nothing] [--out FILE]
 
 Baseline ("TRL defaults"): `SFTTrainer` with `SFTConfig` defaults (gradient checkpointing on, random
 sampling), changed only where a CPU run needs it (bf16 off) and where the comparison needs equality (batch
@@ -11,7 +11,10 @@ length-grouped batches: less padding). Both train the embedded model for one epo
 
 Reported: trained (non-padding) tokens per second of each, the ratio recipe / defaults, and the held-out
 eval loss after training of each (they should agree within a few percent: the settings change speed, not
-what is learned).
+what is learned). The result file (`--out`, default
+`tests/benchmarks/results/sft_throughput/<cpu>_<bf16 units>.json`, one per CPU kind) holds the figures (each run's
+tokens/s, train seconds and eval loss, the ratio and the difference), the table `throughput` it prints, and the
+provenance (result_file.py); `--beside` says what shared the cores.
 
 Measured on 2 CPU cores (2026-12-01, `--rows 96`, 12 optimizer steps each, 64 held-out rows): TRL defaults
 88.4 tokens/s (385 s), recipe 144.6 tokens/s (236 s): 1.63x; eval loss 0.5591 vs 0.5296 (-5.3%: the length-
@@ -26,6 +29,8 @@ import tempfile
 from pathlib import Path
 
 import datasets
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, cpu_kind, write_result
 from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import SFTConfig, SFTTrainer
 
@@ -36,6 +41,7 @@ from r3forge.sft.config import SFT_CONFIGS
 
 COMMON = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "learning_rate": 5e-5,
           "num_train_epochs": 1, "max_length": 768, "seed": 42, "logging_steps": 1}  # fmt: skip
+RESULTS = Path(__file__).parent / "results" / "sft_throughput"
 
 
 def tokens_per_second(metrics_rows: list[dict], runtime: float) -> float:
@@ -73,11 +79,34 @@ def run_recipe(model_path: Path, data: Path, out: Path) -> dict:
             "train_runtime": metrics["train_runtime"], "eval_loss": metrics["eval_loss"]}  # fmt: skip
 
 
+def table(figures: dict) -> dict:
+    """The table `throughput`: per run, tokens/s and its ratio against TRL defaults, train seconds, the held-out
+    eval loss and its difference from the TRL defaults' eval loss.
+
+    >>> base = {"tokens_per_s": 88.41, "train_runtime": 385.2, "eval_loss": 0.5591}
+    >>> ours = {"tokens_per_s": 144.62, "train_runtime": 236.0, "eval_loss": 0.5296}
+    >>> table({"trl_defaults": base, "recipe": ours})["rows"][1]
+    ['r3forge recipe', '144.6', '1.64x', '236.0', '0.5296', '-0.0295 (-5.3%)']
+    """
+    base, rows = figures["trl_defaults"], []
+    for name, key in (("TRL defaults", "trl_defaults"), ("r3forge recipe", "recipe")):
+        r, diff = figures[key], figures[key]["eval_loss"] - base["eval_loss"]
+        rows.append([name, f"{r['tokens_per_s']:.1f}", f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x",
+                     f"{r['train_runtime']:.1f}", f"{r['eval_loss']:.4f}",
+                     f"{diff:+.4f} ({diff / base['eval_loss']:+.1%})"])  # fmt: skip
+    columns = ["run", "tokens/s", "vs TRL defaults", "train s", "eval loss", "eval loss - TRL defaults"]
+    return {"columns": columns, "align": "lrrrrr", "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True, help="an SFT DatasetDict folder (train + validation)")
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--eval_rows", type=int, default=64)
+    parser.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
+    parser.add_argument(
+        "--out", default=None, help="result file (default: results/sft_throughput/<cpu kind>.json)"
+    )
     args = parser.parse_args()
     model_path = prepare_model("smollm2-135m-instruct")
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,12 +117,15 @@ def main() -> None:
         base = run_defaults(model_path, Path(f"{tmp}/data"), Path(f"{tmp}/defaults"))
         ours = run_recipe(model_path, Path(f"{tmp}/data"), Path(f"{tmp}/recipe"))
     print(f"data: {args.data} ({args.rows} train rows, {args.eval_rows} held out), SmolLM2-135M, fp32 CPU")
-    for name, r in (("TRL defaults", base), ("r3forge recipe", ours)):
-        print(f"{name:15s} {r['tokens_per_s']:8.1f} tokens/s  train {r['train_runtime']:7.1f} s  "
-              f"eval loss {r['eval_loss']:.4f}")  # fmt: skip
-    print(f"ratio recipe / TRL defaults: {ours['tokens_per_s'] / base['tokens_per_s']:.2f}x tokens/s; "
-          f"eval loss difference {ours['eval_loss'] - base['eval_loss']:+.4f} "
-          f"({(ours['eval_loss'] - base['eval_loss']) / base['eval_loss']:+.1%})")  # fmt: skip
+    figures = {"data": args.data, "rows": args.rows, "eval_rows": args.eval_rows, "model": "smollm2-135m-instruct",
+               "precision": "fp32", "common": COMMON, "baseline": "trl_defaults", "trl_defaults": base,
+               "recipe": ours, "ratio_tokens_per_s_recipe_vs_trl_defaults": ours["tokens_per_s"] / base["tokens_per_s"],
+               "eval_loss_difference": ours["eval_loss"] - base["eval_loss"],
+               "eval_loss_relative_difference": (ours["eval_loss"] - base["eval_loss"]) / base["eval_loss"]}  # fmt: skip
+    print("\n".join(markdown_table(table(figures))))
+    out = Path(args.out) if args.out else RESULTS / f"{cpu_kind()}.json"
+    write_result(out, figures, {"throughput": table(figures)}, beside=args.beside)
+    print(f"result: {out}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
         --train_dataset runs/annotate/rules_hotpotqa_train \\
         --cross_encoder runs/rerank/cross_minilm_hotpotqa \\
         --student runs/sft/verbal_reranker_cpu/final [--student <another checkpoint> ...] \\
-        [--out runs/bench/verbal_reranker]
+        [--out runs/bench/verbal_reranker] [--beside nothing]
 
 One table, the same (question, passage) pairs for every row: the input order (the dataset's passage order),
 BM25 over the question's 10 passages, the MiniLM cross-encoder trained on the training questions' gold
@@ -21,7 +21,11 @@ were trained on); its row is the ceiling, not a baseline (it reads the gold). Co
   from the five digit logprobs at the score token.
 
 The held-out questions must not be in `--train_dataset` (checked). Generations, per-pair scores and the
-table go to `--out`. Nothing here is timed: it measures ranking quality, so other work may share the cores.
+table go to the `--out` folder (default `runs/bench/verbal_reranker/`): the result file `results.json` (the
+figures `args`, `questions`, `pairs`, `results` and `student_by_teacher_score`, as before; the table `rankers`
+it prints, one row per ranker with the columns above; and the provenance: result_file.py), the same table as
+`table.md`, and one JSONL of generations per language model. Nothing here is timed: it measures ranking
+quality, so other work may share the cores (`--beside` records what did).
 """
 
 from __future__ import annotations
@@ -36,13 +40,15 @@ import bm25s
 import datasets
 import numpy as np
 import torch
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, write_result
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from r3forge.annotate.export import sft_row
 from r3forge.annotate.report import agreement
 from r3forge.annotate.rules import rule_annotations
 from r3forge.annotate.verbal import load_template
-from r3forge.data.jsonio import write_json, write_jsonl
+from r3forge.data.jsonio import write_jsonl
 from r3forge.data.loaders import load_qa
 from r3forge.metrics.ranking import ndcg_batch, spearman
 from r3forge.models import resolve_model
@@ -136,17 +142,27 @@ def lm_metrics(path: str, rows: list[dict], out_dir: Path, name: str) -> list[tu
     return [(name, argmax), (f"{name}, E[s]", expected)]
 
 
-def table(results: list[tuple[str, dict]]) -> str:
-    head = "| ranker | parse | spearman vs teacher | " + " | ".join(f"NDCG@{k}" for k in K_VALUES) + " |"
-    lines = [head, "|:---|---:|---:|" + "---:|" * len(K_VALUES)]
+def fmt(v: float | None) -> str:
+    """A metric as a cell: three decimals, "-" where there is none.
 
-    def fmt(v: float | None) -> str:
-        return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.3f}"
+    >>> fmt(0.51234), fmt(None), fmt(float("nan"))
+    ('0.512', '-', '-')
+    """
+    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.3f}"
 
-    for name, m in results:
-        cells = [fmt(m["parse_rate"]), fmt(m["spearman"])] + [fmt(m[f"ndcg@{k}"]) for k in K_VALUES]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+
+def table(results: list[tuple[str, dict]]) -> dict:
+    """The table `rankers`: per ranker, parse rate, Spearman against the teacher and NDCG@k.
+
+    >>> m = {"parse_rate": None, "spearman": 0.25, "ndcg@1": 0.5, "ndcg@3": 0.61234, "ndcg@5": 0.7}
+    >>> t = table([("input order", m)])
+    >>> t["columns"], t["rows"]
+    (['ranker', 'parse', 'spearman vs teacher', 'NDCG@1', 'NDCG@3', 'NDCG@5'], [['input order', '-', '0.250', '0.500', '0.612', '0.700']])
+    """
+    rows = [[name, fmt(m["parse_rate"]), fmt(m["spearman"])] + [fmt(m[f"ndcg@{k}"]) for k in K_VALUES]
+            for name, m in results]  # fmt: skip
+    columns = ["ranker", "parse", "spearman vs teacher"] + [f"NDCG@{k}" for k in K_VALUES]
+    return {"columns": columns, "align": "l" + "r" * (len(columns) - 1), "rows": rows}
 
 
 def main() -> None:
@@ -159,7 +175,10 @@ def main() -> None:
         "--base_model", default="smollm2-135m-instruct", help="The un-tuned model's row ('': none)."
     )
     ap.add_argument("--student", nargs="*", default=[], help="SFT student folders (final/ or checkpoint-N/).")
-    ap.add_argument("--out", default="runs/bench/verbal_reranker")
+    ap.add_argument(
+        "--out", default="runs/bench/verbal_reranker", help="the folder of results.json and table.md"
+    )
+    ap.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     out = Path(args.out)
@@ -183,11 +202,12 @@ def main() -> None:
         results += lm_metrics(path, rows, out, f"student {path}")
     results.append(("teacher (rules over gold; ceiling)",
                     {"parse_rate": None, "spearman": 1.0} | {f"ndcg@{k}": teacher[f"ndcg@{k}"] for k in K_VALUES}))  # fmt: skip
-    text = table(results)
+    text = "\n".join(markdown_table(table(results)))
     print(text)
     (out / "table.md").write_text(text + "\n", encoding="utf-8")
-    write_json(out / "results.json", {"args": vars(args), "questions": len(records), "pairs": len(rows),
-                                      "results": dict(results), "student_by_teacher_score": CONFUSION})  # fmt: skip
+    figures = {"args": vars(args), "questions": len(records), "pairs": len(rows), "results": dict(results),
+               "student_by_teacher_score": CONFUSION}  # fmt: skip
+    write_result(out / "results.json", figures, {"rankers": table(results)}, beside=args.beside)
 
 
 if __name__ == "__main__":

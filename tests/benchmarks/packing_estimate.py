@@ -3,7 +3,7 @@ from recorded rollouts (a run's rollouts.jsonl: prompt_tokens, tokens, policy_to
 the way a config's trainer groups them:
 
     .venv/bin/python tests/benchmarks/packing_estimate.py --rollouts runs/grpo/agent_world_cpu/rollouts.jsonl \\
-        --config configs/grpo/agent_world_cpu.yaml [--out runs/packing_estimate.json]
+        --config configs/grpo/agent_world_cpu.yaml [--beside nothing] [--out runs/packing_estimate.json]
 
 TRL pads a whole generation batch (per_device_train_batch_size x steps_per_generation rollouts, default
 steps_per_generation = gradient_accumulation_steps) to its longest prompt and longest completion, then
@@ -14,6 +14,12 @@ token. Per optimizer step (one generation batch on one process), as means over t
 batches. Arithmetic only: the rollouts come from wherever the file was recorded (its lengths are those of
 that model and config; the config only sets the grouping), so a paper-scale figure needs rollouts recorded
 at the paper's lengths.
+
+The result file (`--out`, default `runs/packing_estimate.json`; packing_paper_scale.sh writes
+`RUN_DIR/packing_estimate.json`) holds the figures under the keys it always had (the rollouts file, the config,
+its grouping and `estimate`'s means and ratios), the table `packing` (printed: tokens forwarded and LM-head
+positions per optimizer step, padded, packed and padded / packed) and the provenance (result_file.py). It times
+nothing, so what shared the cores (`--beside`) does not change its figures.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import json
 from pathlib import Path
 
 import yaml
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, write_result
 
 
 def estimate(rollouts: list[dict], batch: int, steps_per_generation: int) -> dict[str, float]:
@@ -52,11 +60,36 @@ def estimate(rollouts: list[dict], batch: int, steps_per_generation: int) -> dic
     return out
 
 
+def table(out: dict) -> dict:
+    """The table `packing`: per optimizer step, TRL's padded step against the packed one.
+
+    >>> t = table({"padded_tokens": 200.0, "packed_tokens": 140.0, "head_padded": 100.0, "head_packed": 50.0,
+    ...            "padded_over_packed": 1.429, "head_padded_over_packed": 2.0})
+    >>> t["columns"][1:], t["rows"][0][1:], t["rows"][1][1:]
+    (['TRL padded', 'packed', 'padded / packed'], ['200.0', '140.0', '1.429x'], ['100.0', '50.0', '2.000x'])
+    """
+    rows = [
+        ("tokens through the loss forward", "padded_tokens", "packed_tokens", "padded_over_packed"),
+        ("LM-head positions scored", "head_padded", "head_packed", "head_padded_over_packed"),
+    ]
+    return {
+        "columns": [
+            "per optimizer step (mean over generation batches)",
+            "TRL padded",
+            "packed",
+            "padded / packed",
+        ],
+        "align": "lrrr",
+        "rows": [[name, f"{out[p]:.1f}", f"{out[k]:.1f}", f"{out[r]:.3f}x"] for name, p, k, r in rows],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rollouts", required=True, help="a GRPO run's rollouts.jsonl")
     p.add_argument("--config", required=True, help="the GRPO YAML whose batch grouping to apply")
-    p.add_argument("--out", default="runs/packing_estimate.json")
+    p.add_argument("--out", default="runs/packing_estimate.json", help="the result file (JSON)")
+    p.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
     a = p.parse_args()
     config = yaml.safe_load(Path(a.config).read_text(encoding="utf-8"))
     batch = int(config.get("per_device_train_batch_size", 8))
@@ -67,9 +100,11 @@ def main() -> None:
         raise SystemExit(f"{a.rollouts}:{missing[0]}: no prompt_tokens (recorded before they were logged)")
     out = {"rollouts": a.rollouts, "config": a.config, "per_device_train_batch_size": batch,
            "steps_per_generation": steps} | estimate(rows, batch, steps)  # fmt: skip
-    print(json.dumps(out, indent=1))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{a.rollouts}: {out['generation_batches']} generation batches of {out['rollouts_per_generation_batch']} "
+          f"rollouts (per_device_train_batch_size {batch} x steps_per_generation {steps}, from {a.config})\n")  # fmt: skip
+    print("\n".join(markdown_table(table(out))))
+    write_result(Path(a.out), out, {"packing": table(out)}, beside=a.beside)
+    print(f"\nresult: {a.out}")
 
 
 if __name__ == "__main__":

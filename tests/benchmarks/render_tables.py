@@ -44,7 +44,7 @@ def markdown_table(table: dict) -> list[str]:
     >>> markdown_table({"columns": ["arm", "EM"], "align": "lr", "rows": [["raw", "0.364"]]})
     ['| arm | EM |', '|---|---:|', '| raw | 0.364 |']
     """
-    columns = [str(c) for c in table["columns"]]
+    columns = [str(c).replace("|", "\\|") for c in table["columns"]]
     align = table.get("align", "l" * len(columns))
     if len(align) != len(columns) or set(align) - set("lrc"):
         raise ValueError(f"align {align!r}: one of l, r, c per column ({len(columns)} columns)")

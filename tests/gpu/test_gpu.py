@@ -165,22 +165,26 @@ def test_grpo_colocated_vllm(grpo_run: Path, vllm_cuda, record_property) -> None
     assert (grpo_run / "final" / "config.json").is_file()
 
 
-def test_bench_annotate(gpu_world: dict[str, Path], repo_module, vllm_cuda, record_property) -> None:
+def test_bench_annotate(
+    gpu_world: dict[str, Path], repo_module, vllm_cuda, record_property, tmp_path
+) -> None:
     """bench annotate pipeline/sequential"""
     bench = repo_module("tests/benchmarks/bench_annotate_throughput.py")
     result = bench.main(["--qa_path", str(gpu_world["hf_questions"]), "--pairs", "64",
-                         "--gpu_memory_utilization", str(GPU_SHARE)])  # fmt: skip
+                         "--gpu_memory_utilization", str(GPU_SHARE), "--out", str(tmp_path / "result.json"),
+                         "--beside", "the GPU check"])  # fmt: skip
     ratio = result["pipeline_vs_sequential"]
     record_property("figure", f"{ratio:.1f}x (goal >= {ANNOTATE_GOAL:g}x; {result['pairs']} pairs, "
                     f"pipeline/offline batch {result['pipeline_vs_offline']:.2f}x)")  # fmt: skip
     assert ratio >= ANNOTATE_GOAL
 
 
-def test_bench_igp(gpu_world: dict[str, Path], repo_module, vllm_cuda, record_property) -> None:
+def test_bench_igp(gpu_world: dict[str, Path], repo_module, vllm_cuda, record_property, tmp_path) -> None:
     """bench IGP probes batched/one-by-one"""
     bench = repo_module("tests/benchmarks/bench_igp_probes.py")
     result = bench.main(["--backend", "vllm", "--qa_path", str(gpu_world["hf_questions"]),
-                         "--gpu_memory_utilization", str(GPU_SHARE)])  # fmt: skip
+                         "--gpu_memory_utilization", str(GPU_SHARE), "--out", str(tmp_path / "result.json"),
+                         "--beside", "the GPU check"])  # fmt: skip
     ratio = result["batched_vs_sequential"]
     record_property("figure", f"{ratio:.1f}x (goal >= {IGP_GOAL:g}x; {result['probes']} probes, "
                     f"max |Δ IG| {result['max_ig_diff']:.1e})")  # fmt: skip
