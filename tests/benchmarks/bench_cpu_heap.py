@@ -12,7 +12,9 @@ run's variable-length batches are. Modes:
 * `trim`: `malloc_trim(0)` after every step (free heap pages handed back, allocation left as it is).
 
 Reported per mode: seconds per step (steps 3.., after warm-up), peak RSS and RSS after the last step, and
-each as a ratio against `default`. Run it alone: it times.
+each as a ratio against `default`. Run it alone: it times. The result file (`--out`, default
+`tests/benchmarks/results/cpu_heap/<cpu kind>.json`) holds the figures, the table `modes` and the provenance
+(result_file.py); `--beside nothing` says that nothing shared the cores.
 
 Measured on 2 CPU cores, alone (2026-12-02, `--steps 10`, batch 8, lengths 150-700, random tokens):
 
@@ -35,14 +37,18 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
+from render_tables import markdown_table
+from result_file import NOT_RECORDED, cpu_kind, write_result
 from transformers import AutoModelForCausalLM
 
 from r3forge.models import resolve_model
 from r3forge.training.cpu import bound_cpu_heap
 
 MODES = ("default", "mmap", "trim")
+RESULTS = Path(__file__).parent / "results" / "cpu_heap"
 
 
 def rss_mib() -> float:
@@ -87,6 +93,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--min_len", type=int, default=150)
     ap.add_argument("--max_len", type=int, default=700)
+    ap.add_argument("--beside", default=NOT_RECORDED, help="what shared the cores ('nothing' when alone)")
+    ap.add_argument("--out", default=None, help="result file (default: results/cpu_heap/<cpu kind>.json)")
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one mode, in a child process
     args = ap.parse_args()
     if args.mode:
@@ -99,14 +107,30 @@ def main() -> None:
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         results[mode] = json.loads(out.strip().splitlines()[-1])
         print(mode, results[mode], file=sys.stderr)
+    settings = {"steps": args.steps, "batch": args.batch, "min_len": args.min_len, "max_len": args.max_len}
+    print("\n".join(markdown_table(table(results))))
+    out = Path(args.out) if args.out else RESULTS / f"{cpu_kind()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_result(out, {"settings": settings, "modes": results}, {"modes": table(results)}, beside=args.beside)
+    print(f"result: {out}")
+
+
+def table(results: dict[str, dict]) -> dict:
+    """Per mode: seconds per step, peak and final RSS, each with its ratio against `default`.
+
+    >>> t = table({"default": {"s_per_step": 8.0, "peak_rss_mib": 100.0, "final_rss_mib": 50.0},
+    ...            "trim": {"s_per_step": 9.0, "peak_rss_mib": 90.0, "final_rss_mib": 10.0}})
+    >>> t["rows"][1]
+    ['trim', '9.00', '1.12x', '90', '0.90x', '10', '0.20x']
+    """
     base = results["default"]
-    print("| mode | s/step | vs default | peak RSS MiB | vs default | final RSS MiB | vs default |")
-    print("|:---|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for mode, r in results.items():
-        cells = [f"{r['s_per_step']:.2f}", f"{r['s_per_step'] / base['s_per_step']:.2f}x",
-                 f"{r['peak_rss_mib']:.0f}", f"{r['peak_rss_mib'] / base['peak_rss_mib']:.2f}x",
-                 f"{r['final_rss_mib']:.0f}", f"{r['final_rss_mib'] / base['final_rss_mib']:.2f}x"]  # fmt: skip
-        print(f"| {mode} | " + " | ".join(cells) + " |")
+        rows.append([mode, f"{r['s_per_step']:.2f}", f"{r['s_per_step'] / base['s_per_step']:.2f}x",
+                     f"{r['peak_rss_mib']:.0f}", f"{r['peak_rss_mib'] / base['peak_rss_mib']:.2f}x",
+                     f"{r['final_rss_mib']:.0f}", f"{r['final_rss_mib'] / base['final_rss_mib']:.2f}x"])  # fmt: skip
+    columns = ["mode", "s/step", "vs default", "peak RSS MiB", "vs default", "final RSS MiB", "vs default"]
+    return {"columns": columns, "align": "lrrrrrr", "rows": rows}
 
 
 if __name__ == "__main__":
