@@ -6,7 +6,8 @@
 #
 # Each arm gets its own format warm start (96 questions of the HotpotQA train sample, observations of its own
 # kind), then both are evaluated greedy on the first 40 questions of the test sample (never trained on) over
-# one BM25 index of the pooled train + test passages. Prints one table; the baseline is the raw arm, and the
+# one BM25 index of the pooled train + test passages. Prints one table and writes it to RUN_DIR/tables.json
+# (observation_arms_table.py; BESIDE=... says what shared the cores): the baseline is the raw arm, and the
 # verbal - raw row carries paired bootstrap 95% intervals over the questions. Needs ../shared/data.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,32 +38,4 @@ done
 # shellcheck disable=SC2086
 [ -d "$A/eval_verbal" ] || { step eval-verbal; $B eval agent $EV $ENV $VERB --model "$A/ws_verbal_sft/final" --output_dir "$A/eval_verbal"; }
 
-.venv/bin/python - "$A/eval_raw" "$A/eval_verbal" <<'EOF'
-import json
-import random
-import sys
-from pathlib import Path
-
-raw_dir, verbal_dir = (Path(p) for p in sys.argv[1:3])
-cols = ["em", "f1", "format_ok", "searches_per_question", "ra_r", "cue_r"]
-print("| observation | " + " | ".join(cols) + " |")
-print("|---" * (len(cols) + 1) + "|")
-for name, d in (("raw (baseline)", raw_dir), ("verbal", verbal_dir)):
-    s = json.loads((d / "summary.json").read_text())
-    print(f"| {name} | " + " | ".join(f"{s[c]:.3f}" for c in cols) + " |")
-
-
-def rows(d):
-    return {r["id"]: r for r in map(json.loads, (d / "rows.jsonl").read_text().splitlines())}
-
-
-raw, verbal = rows(raw_dir), rows(verbal_dir)
-ids = sorted(set(raw) & set(verbal))  # paired: the same questions in both arms
-rng = random.Random(0)
-cells = []
-for key in ("em", "f1"):
-    diffs = [verbal[i][key] - raw[i][key] for i in ids]
-    boot = sorted(sum(rng.choices(diffs, k=len(diffs))) / len(diffs) for _ in range(2000))
-    cells.append(f"{sum(diffs) / len(diffs):+.3f} [{boot[49]:+.3f}, {boot[1949]:+.3f}]")
-print(f"| verbal - raw (paired 95% CI, {len(ids)} q) | " + " | ".join(cells) + " |" + " |" * (len(cols) - 2))
-EOF
+.venv/bin/python tests/benchmarks/observation_arms_table.py "$A/eval_raw" "$A/eval_verbal" "$R/tables.json" --beside "${BESIDE:-not recorded}"
