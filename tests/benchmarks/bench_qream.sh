@@ -8,7 +8,8 @@
 # and stops. HotpotQA: r_raw = each question's first 5 own paragraphs; training questions from the train
 # sample, held-out ones from the test sample (never trained on). The synthetic world: r_raw = BM25 top-5 over
 # its corpus; training questions: the first 50 of the agent's training split, held-out: the first 50 of the
-# agent's held-out split (the same hashed split). Prints the tables (python .../qream_tables.py).
+# agent's held-out split (the same hashed split). Prints the tables and writes them, their figures and the
+# provenance to the result file RUN_DIR/tables.json (python .../qream_tables.py; BESIDE: what shared the cores).
 # Sizes (env): TRAIN_Q (100 HotpotQA questions, half as many world ones), HELDOUT_Q (50 per dataset),
 # PROBE_Q (25 HotpotQA dev questions, 4/5 as many world held-out ones). vLLM's CPU worker is bound to every
 # core (VLLM_CPU_OMP_THREADS_BIND=0-<n-1>; vLLM's own default keeps one core for its scheduler). On 2 cores
@@ -111,4 +112,4 @@ if has iclgold; then  # 9. the golden rate of the 135M ICL rewriter (the paper's
     [ -f "$R/iclgold_${d}_heldout/report.json" ] || { step "icl-golden-$d"; eval $B annotate qream $S2 --qa_path "$R/${d}_heldout.jsonl" --echo_guard true --validation_fraction 0 $M --output_dir "$R/iclgold_${d}_heldout"; }
   done
 fi
-.venv/bin/python tests/benchmarks/qream_tables.py "$R"
+.venv/bin/python tests/benchmarks/qream_tables.py "$R" --beside "${BESIDE:-not recorded}"
