@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent_learning_tables import interval, verdict
 from agent_ledger import copy_eval, machine, sha256
 from render_tables import markdown_table
 from result_file import NOT_RECORDED, write_result
@@ -117,8 +118,7 @@ def tables(out: Path, summary: dict) -> tuple[dict, dict]:
         ids = sorted(rows[y])
         d = paired_bootstrap([float(rows[y][i]["em"]) for i in ids], [float(rows[x][i]["em"]) for i in ids])
         result["paired"][f"{x} - {y}"] = d
-        said = f"{x} beats {y}" if d[1] > 0 else f"{x} loses to {y}" if d[2] < 0 else "tie"
-        paired["rows"].append([f"{x} - {y}", f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]", said])
+        paired["rows"].append([f"{x} - {y}", interval(d), verdict(d, x, y)])
     # the same seed and batches give the majority-vote arms the same first turns: where does A1 change anything?
     a, b = rows["relevance"], rows["naive_unique"]
     result["relevance_vs_naive_unique"] = {

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from agent_learning_tables import load_rows, summary
+from agent_learning_tables import interval, load_rows, summary, verdict
 from render_tables import markdown_table
 from result_file import NOT_RECORDED, write_result
 
@@ -55,10 +55,11 @@ def table(figures: dict, names: tuple[str, str]) -> dict:
         for name, arm in zip(names, figures["arms"], strict=True)
     ]
     em, f1 = figures["difference"]["em"], figures["difference"]["f1"]
-    cell = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"  # noqa: E731
-    said = f"{names[1]} beats {names[0]} on EM" if em[1] > 0 else f"{names[1]} loses to {names[0]} on EM" if em[2] < 0 else "tie on EM"  # fmt: skip
+    said = f"{verdict(em, names[1], names[0])} on EM"
     n = figures["paired_questions"]
-    rows.append([f"{names[1]} - {names[0]} (paired 95% CI, {n} q)", cell(em), cell(f1), "", "", "", "", said])
+    rows.append(
+        [f"{names[1]} - {names[0]} (paired 95% CI, {n} q)", interval(em), interval(f1), "", "", "", "", said]
+    )
     columns = ["observation", "EM", "F1", "format ok", "searches / q", "RA-R", "CUE-R", "verdict"]
     return {"columns": columns, "align": "lrrrrrrl", "rows": rows}
 
